@@ -1,0 +1,80 @@
+# Two commands do all the set-up (README): `make synth` and `make test`.
+# Everything installs into .venv and node_modules from pinned files; nothing is installed globally.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+CDK := node_modules/.bin/cdk
+
+CONFIG ?= config/default.yaml
+STAGE ?=
+CDK_CONTEXT := -c config=$(CONFIG) $(if $(STAGE),-c stage=$(STAGE))
+
+# Quiet, offline-friendly tooling: no CDK telemetry, notices or version check; jsii's Node 20 banner silenced;
+# CLI caches kept inside the project; no SageMaker SDK v2 deprecation banner.
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+export CDK_DISABLE_CLI_TELEMETRY := true
+export CDK_DISABLE_VERSION_CHECK := 1
+export CDK_HOME := $(CURDIR)/.cdk-home
+export SAGEMAKER_SUPPRESS_V2_WARNING := 1
+export DS_ACCELERATOR := cpu
+
+.PHONY: help synth deploy diff test lint format clean
+
+help:
+	@echo "make synth                 set up, synthesize every stage offline, print the plan"
+	@echo "make test                  set up (dev tools too) and run every test"
+	@echo "make deploy STAGE=dev      cdk deploy one stage's stacks into your account"
+	@echo "make diff STAGE=staging    cdk diff one stage against what is deployed"
+	@echo "options: CONFIG=path/to/config.yaml (default $(CONFIG)), STAGE=name (default: all stages)"
+
+# --- set-up ---------------------------------------------------------------------------------------------------
+
+$(VENV)/.synth-deps: requirements.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet -r requirements.txt
+	@touch $@
+
+# torch first (the pinned CPU wheel), then DeepSpeed without building CUDA ops against it.
+$(VENV)/.test-deps: $(VENV)/.synth-deps requirements-dev.txt requirements-deepspeed.txt
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	DS_BUILD_OPS=0 $(PY) -m pip install --quiet --no-build-isolation -r requirements-deepspeed.txt
+	@touch $@
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+# --- the main job ---------------------------------------------------------------------------------------------
+
+synth: $(VENV)/.synth-deps node_modules/.installed
+	$(CDK) synth --quiet $(CDK_CONTEXT)
+	@$(PY) -m stacks.plan --assembly cdk.out --config $(CONFIG) $(if $(STAGE),--stage $(STAGE))
+
+deploy: $(VENV)/.synth-deps node_modules/.installed
+	@test -n "$(STAGE)" || { echo "usage: make deploy STAGE=<stage>  (a stage of $(CONFIG))"; exit 2; }
+	$(CDK) deploy "$(STAGE)/*" $(CDK_CONTEXT) --require-approval broadening
+
+diff: $(VENV)/.synth-deps node_modules/.installed
+	@test -n "$(STAGE)" || { echo "usage: make diff STAGE=<stage>  (a stage of $(CONFIG))"; exit 2; }
+	$(CDK) diff "$(STAGE)/*" $(CDK_CONTEXT)
+
+# --- checks ---------------------------------------------------------------------------------------------------
+
+test: $(VENV)/.test-deps node_modules/.installed lint
+	$(PY) -m pytest
+
+lint: $(VENV)/.test-deps
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(VENV)/.test-deps
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+clean:
+	rm -rf cdk.out .cdk-home .pytest_cache

@@ -1,0 +1,1 @@
+"""Facts with one home each, used by config validation, the stacks and the plan."""

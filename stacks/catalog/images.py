@@ -1,0 +1,66 @@
+"""Container images, resolved offline from the SageMaker SDK's own image_uris config.
+
+No account id or registry is typed by hand here: the SDK's tables cover every region and partition (China and
+GovCloud included), and a region the SDK does not serve fails with its message.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+from functools import cache
+
+# The SMP v1 line ends at SMP 1.15 in the PyTorch 1.13.1 DLC (Python 3.9); research/smp_training.md §1.
+SMP_V1_PYTORCH_VERSION = "1.13.1"
+SMP_V1_PY_VERSION = "py39"
+# The last LMI image with the DeepSpeed engine; research/lmi_serving.md §3.
+DEEPSPEED_LMI_VERSION = "0.27.0"
+
+
+@cache
+def _retrieve(**kwargs: str) -> str:
+    # The SDK logs its config-file search at INFO and warns about v2's deprecation on import; neither is news here.
+    os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
+    logging.getLogger("sagemaker.config").setLevel(logging.WARNING)
+    from sagemaker import image_uris
+
+    return image_uris.retrieve(**kwargs)
+
+
+def smp_v1_training_image(region: str) -> str:
+    """The PyTorch training DLC that ships SMP v1 (smdistributed.modelparallel 1.15)."""
+    return _retrieve(
+        framework="pytorch",
+        region=region,
+        version=SMP_V1_PYTORCH_VERSION,
+        py_version=SMP_V1_PY_VERSION,
+        instance_type="ml.p4d.24xlarge",
+        image_scope="training",
+    )
+
+
+def deepspeed_serving_image(region: str) -> str:
+    """The LMI image with the DeepSpeed engine (djl-inference 0.27.0, DeepSpeed 0.12.6)."""
+    return _retrieve(framework="djl-deepspeed", region=region, version=DEEPSPEED_LMI_VERSION)
+
+
+@dataclass(frozen=True)
+class ImageUri:
+    """An ECR image URI taken apart: what an IAM statement needs to allow pulling it."""
+
+    account: str
+    region: str
+    repository: str
+    tag: str
+
+    @classmethod
+    def parse(cls, uri: str) -> ImageUri:
+        match = re.fullmatch(r"(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/([^:@]+)[:@](.+)", uri)
+        if not match:
+            raise ValueError(f"{uri!r} is not an ECR image URI (<account>.dkr.ecr.<region>.amazonaws.com/<repo>:<tag>)")
+        return cls(*match.groups())
+
+    def repository_arn(self, partition: str) -> str:
+        return f"arn:{partition}:ecr:{self.region}:{self.account}:repository/{self.repository}"

@@ -1,0 +1,1 @@
+"""Reusable constructs: where the logic lives. Stacks only wire these together."""

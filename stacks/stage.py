@@ -1,0 +1,44 @@
+"""PlatformStage: one copy of the whole platform for one environment (dev, staging, prod)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import Environment, Stage, Tags
+from constructs import Construct
+
+from stacks.catalog import images
+from stacks.config import PlatformConfig
+from stacks.storage_stack import StorageStack
+
+
+class PlatformStage(Stage):
+    """Every stack of one environment, created from that environment's config.
+
+    The same class is synthesized for `cdk deploy` by hand and deployed by the promotion pipeline, so both deploy
+    exactly the same thing.
+
+    Args:
+        config: the whole platform config (for the project name and tags).
+        stage_name: which of `config.stages` this is.
+    """
+
+    def __init__(
+        self, scope: Construct, construct_id: str, *, config: PlatformConfig, stage_name: str, **kwargs: Any
+    ) -> None:
+        stage = config.stages[stage_name]
+        super().__init__(scope, construct_id, env=Environment(account=stage.account, region=stage.region), **kwargs)
+        prefix = f"{config.project}-{stage_name}"
+
+        self.storage = StorageStack(
+            self,
+            "Storage",
+            stack_name=f"{prefix}-storage",
+            description=f"{config.project} {stage_name}: KMS key, buckets and SageMaker execution roles",
+            stage=stage,
+            training_images=[images.smp_v1_training_image(stage.region)],
+            serving_images=[images.deepspeed_serving_image(stage.region)],
+        )
+
+        for key, value in config.stage_tags(stage_name).items():
+            Tags.of(self).add(key, value)

@@ -1,0 +1,134 @@
+"""StorageStack: the stage's KMS key and buckets, and the SageMaker execution roles scoped to them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_s3 as s3
+from cdk_nag import NagPackSuppression, NagSuppressions
+from constructs import Construct
+
+from stacks import layout
+from stacks.config import StageConfig
+from stacks.constructs.execution_role import SageMakerExecutionRole
+from stacks.constructs.secure_bucket import secure_bucket
+
+# Server access logs are kept this long: long enough for a security investigation, not forever.
+ACCESS_LOG_RETENTION = Duration.days(365)
+
+
+class StorageStack(Stack):
+    """What the stage keeps (data, weights, code) and who may touch it.
+
+    Args:
+        stage: the stage's config (its removal policy decides the fate of data and key on stack deletion).
+        training_images: container images training and processing jobs run; the training role may pull only these.
+        serving_images: container images endpoints run; the hosting role may pull only these.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        stage: StageConfig,
+        training_images: list[str],
+        serving_images: list[str],
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        removal = RemovalPolicy.RETAIN if stage.removal_policy == "retain" else RemovalPolicy.DESTROY
+
+        # One customer-managed key for everything the stage stores, rotated yearly by KMS.
+        self.key = kms.Key(
+            self,
+            "Key",
+            description="Encrypts the LLM platform's data, weights and code for this stage",
+            enable_key_rotation=True,
+            removal_policy=removal,
+            pending_window=Duration.days(30 if removal == RemovalPolicy.RETAIN else 7),
+        )
+
+        # Server access logs of the other buckets. S3 delivers access logs only to SSE-S3 buckets, so this one
+        # alone is not encrypted with the stage's key.
+        self.access_logs = s3.Bucket(
+            self,
+            "AccessLogs",
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            enforce_ssl=True,
+            minimum_tls_version=1.2,
+            lifecycle_rules=[
+                s3.LifecycleRule(id="expire-logs", expiration=ACCESS_LOG_RETENTION),
+                s3.LifecycleRule(
+                    id="abort-incomplete-uploads", abort_incomplete_multipart_upload_after=Duration.days(1)
+                ),
+            ],
+            removal_policy=removal,
+            auto_delete_objects=removal == RemovalPolicy.DESTROY,
+        )
+        NagSuppressions.add_resource_suppressions(
+            self.access_logs,
+            [
+                NagPackSuppression(
+                    id="AwsSolutions-S1",
+                    reason="This is the access-log bucket itself; logging it into itself would loop",
+                )
+            ],
+        )
+
+        buckets = {"encryption_key": self.key, "access_logs": self.access_logs, "removal_policy": removal}
+        self.data_bucket = secure_bucket(self, "Data", versioned=True, **buckets)
+        self.models_bucket = secure_bucket(self, "Models", versioned=True, **buckets)
+        # Code archives are content-addressed and never overwritten, so versions would only add cost.
+        self.artifacts_bucket = secure_bucket(self, "Artifacts", versioned=False, **buckets)
+
+        # Training and processing jobs: read raw data and code, prepare and evaluate data, read pretrained weights,
+        # write checkpoints (SageMaker syncs deletions) and the fine-tuned weights.
+        self.training_role = SageMakerExecutionRole(
+            self,
+            "TrainingRole",
+            description="Runs the fine-tuning pipeline's processing and training jobs",
+            log_groups=["/aws/sagemaker/TrainingJobs", "/aws/sagemaker/ProcessingJobs"],
+            metric_namespaces=["/aws/sagemaker/TrainingJobs", "/aws/sagemaker/ProcessingJobs"],
+        )
+        self.training_role.allow_read(self.data_bucket, layout.RAW_DATA, layout.PREPARED_DATA, layout.EVALUATION)
+        self.training_role.allow_write(self.data_bucket, layout.PREPARED_DATA, layout.EVALUATION)
+        self.training_role.allow_read(self.models_bucket, layout.PRETRAINED, layout.CHECKPOINTS, layout.TRAINED)
+        self.training_role.allow_write(self.models_bucket, layout.PRETRAINED, layout.TRAINED)
+        self.training_role.allow_write(self.models_bucket, layout.CHECKPOINTS, delete=True)
+        self.training_role.allow_read(self.artifacts_bucket, layout.CODE)
+        self.training_role.allow_key(self.key, encrypt=True)
+        self.training_role.allow_volume_encryption(self.key)
+        self.training_role.allow_pull(*training_images)
+
+        # Endpoints: read the weights and the inference code, write captured requests when data capture is on.
+        self.hosting_role = SageMakerExecutionRole(
+            self,
+            "HostingRole",
+            description="Runs the LMI inference endpoints",
+            log_groups=["/aws/sagemaker/Endpoints"],
+            metric_namespaces=["/aws/sagemaker/Endpoints"],
+        )
+        self.hosting_role.allow_read(self.models_bucket, layout.PRETRAINED, layout.TRAINED)
+        self.hosting_role.allow_read(self.artifacts_bucket, layout.CODE)
+        self.hosting_role.allow_write(self.data_bucket, layout.DATA_CAPTURE)
+        self.hosting_role.allow_key(self.key, encrypt=True)
+        self.hosting_role.allow_pull(*serving_images)
+
+        self._outputs()
+
+    def _outputs(self) -> None:
+        """Names people and scripts need (uploading data, starting runs); later stacks get the objects instead."""
+        for name, value in {
+            "DataBucketName": self.data_bucket.bucket_name,
+            "ModelsBucketName": self.models_bucket.bucket_name,
+            "ArtifactsBucketName": self.artifacts_bucket.bucket_name,
+            "KeyArn": self.key.key_arn,
+            "TrainingRoleArn": self.training_role.role.role_arn,
+            "HostingRoleArn": self.hosting_role.role.role_arn,
+        }.items():
+            CfnOutput(self, name, value=value)

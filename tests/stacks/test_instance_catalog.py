@@ -1,0 +1,59 @@
+"""The instance catalog agrees with the SageMaker SDK wherever the SDK knows the instance type."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+import pytest
+from sagemaker.utils import volume_size_supported
+
+from stacks.catalog.instances import INSTANCE_TYPES, instance_type
+
+REQUIRED = [
+    "ml.p4d.24xlarge",
+    "ml.p4de.24xlarge",
+    "ml.p5.48xlarge",
+    "ml.p3.16xlarge",
+    "ml.p3dn.24xlarge",
+    *(f"ml.{family}.{size}" for family in ["g5", "g6", "g6e"] for size in ["xlarge", "2xlarge", "4xlarge", "8xlarge", "12xlarge", "16xlarge", "24xlarge", "48xlarge"]),
+]  # fmt: skip
+
+
+def sdk_gpu_info() -> dict[str, dict]:
+    return json.loads(resources.files("sagemaker").joinpath("image_uri_config/instance_gpu_info.json").read_text())[
+        "us-east-1"
+    ]
+
+
+def test_catalog_covers_every_supported_instance_type():
+    assert set(REQUIRED) <= set(INSTANCE_TYPES)
+
+
+@pytest.mark.parametrize("name", sorted(INSTANCE_TYPES))
+def test_volume_support_matches_the_sdk_rule(name):
+    assert instance_type(name).volume_size_supported == volume_size_supported(name)
+
+
+def test_gpu_counts_and_memory_match_the_sdk_table():
+    sdk = sdk_gpu_info()
+    compared = 0
+    for name, entry in INSTANCE_TYPES.items():
+        if name not in sdk:
+            continue  # g6/g6e and ml.g5.xlarge are not in the SDK's table
+        compared += 1
+        assert sdk[name]["Count"] == entry.gpu_count, name
+        # The SDK lists usable MiB (ml.g5.48xlarge: 183104 of 196608); ours is the memory as sold.
+        assert 0.9 <= sdk[name]["TotalGpuMemoryInMiB"] / (entry.total_gpu_memory_gib * 1024) <= 1.0, name
+    assert compared >= 18
+
+
+def test_p4d_has_eight_40gb_a100s_on_local_nvme_with_efa():
+    p4d = instance_type("ml.p4d.24xlarge")
+    assert (p4d.gpu_count, p4d.gpu.memory_gib, p4d.gpu.bf16) == (8, 40, True)
+    assert (p4d.volume_size_supported, p4d.efa) == (False, True)
+
+
+def test_unknown_instance_type_lists_the_supported_ones():
+    with pytest.raises(KeyError, match=r"supported: ml\.p3\.16xlarge"):
+        instance_type("ml.m5.large")

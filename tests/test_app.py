@@ -1,0 +1,77 @@
+"""app.py end to end: deterministic, offline synthesis; config errors stop it with a readable message."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from stacks.config import load_config
+from stacks.plan import render as render_plan
+from tests.cdk_assembly import REPO, cdk_context, synthesize
+
+
+def run_app(outdir: Path, **context: str) -> subprocess.CompletedProcess:
+    """Run app.py the way the CDK CLI does: context in CDK_CONTEXT_JSON, output dir in CDK_OUTDIR."""
+    env = {
+        **os.environ,
+        "CDK_CONTEXT_JSON": json.dumps({**cdk_context(), **context}),
+        "CDK_OUTDIR": str(outdir),
+        # No credentials and no way out: synthesis must not need either.
+        "AWS_ACCESS_KEY_ID": "",
+        "AWS_SECRET_ACCESS_KEY": "",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "HTTPS_PROXY": "http://127.0.0.1:9",
+        "HTTP_PROXY": "http://127.0.0.1:9",
+    }
+    return subprocess.run([sys.executable, "app.py"], cwd=REPO, env=env, capture_output=True, text=True, check=False)
+
+
+def test_synthesis_is_byte_identical_across_processes_and_needs_no_network(assembly, tmp_path):
+    result = run_app(tmp_path / "again")
+    assert result.returncode == 0, result.stderr
+    templates = sorted(p.relative_to(tmp_path / "again") for p in (tmp_path / "again").rglob("*.json"))
+    assert templates
+    mismatched = [
+        str(t) for t in templates if (assembly.outdir / t).read_bytes() != (tmp_path / "again" / t).read_bytes()
+    ]
+    assert mismatched == []
+
+
+def test_invalid_config_stops_synthesis_with_the_field_named(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("stages:\n  dev:\n    region: mars-north-1\n")
+    result = run_app(tmp_path / "out", config=str(bad))
+    assert result.returncode != 0
+    assert f"{bad}: invalid configuration" in result.stderr
+    assert "stages.dev.region: not an AWS region" in result.stderr
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_one_stage_can_be_synthesized_alone(tmp_path):
+    result = run_app(tmp_path / "out", stage="staging")
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (tmp_path / "out").glob("assembly-*")) == ["assembly-staging"]
+
+
+def test_china_region_gets_its_partition_and_registry(tmp_path):
+    config = tmp_path / "cn.yaml"
+    config.write_text("stages:\n  dev:\n    region: cn-north-1\n    removal_policy: destroy\n")
+    cn = synthesize(config, tmp_path / "out")
+    assert cn.error is None, cn.findings()
+    policies = json.dumps(cn.resources("dev", "Storage", "AWS::IAM::Policy"))
+    assert "arn:aws-cn:ecr:cn-north-1:727897471807:repository/pytorch-training" in policies
+    assert "arn:aws-cn:ecr:cn-north-1:727897471807:repository/djl-inference" in policies
+    assert "arn:aws:" not in policies
+
+
+def test_plan_lists_each_stage_with_its_stacks_and_resource_counts(assembly):
+    plan = render_plan(load_config(REPO / "config" / "default.yaml"), assembly.outdir)
+    assert plan.splitlines()[0] == "Plan for llm-platform: 3 stage(s), in promotion order"
+    assert "dev: the deploying credentials' account, us-east-1; data and key deleted with the stack" in plan
+    assert "prod: the deploying credentials' account, us-east-1; data and key kept when the stack is deleted" in plan
+    for stage in ["dev", "staging", "prod"]:
+        assert f"llm-platform-{stage}-storage" in plan
+    assert "4 S3::Bucket" in plan and "1 KMS::Key" in plan
