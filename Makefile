@@ -12,6 +12,8 @@ CDK := node_modules/.bin/cdk
 
 CONFIG ?= config/default.yaml
 STAGE ?=
+MODEL ?=
+PORT ?= 8080
 CDK_CONTEXT := -c config=$(CONFIG) $(if $(STAGE),-c stage=$(STAGE))
 
 # Quiet, offline-friendly tooling: no CDK telemetry, notices or version check; jsii's Node 20 banner silenced;
@@ -23,13 +25,14 @@ export CDK_HOME := $(CURDIR)/.cdk-home
 export SAGEMAKER_SUPPRESS_V2_WARNING := 1
 export DS_ACCELERATOR := cpu
 
-.PHONY: help synth deploy diff test lint format clean
+.PHONY: help synth deploy diff test lint format clean local-serve
 
 help:
 	@echo "make synth                 set up, synthesize every stage offline, print the plan"
 	@echo "make test                  set up (dev tools too) and run every test"
 	@echo "make deploy STAGE=dev      cdk deploy one stage's stacks into your account"
 	@echo "make diff STAGE=staging    cdk diff one stage against what is deployed"
+	@echo "make local-serve           serve the inference handler on 127.0.0.1:\$$PORT (MODEL=dir|s3://..., default a tiny GPT-J)"
 	@echo "options: CONFIG=path/to/config.yaml (default $(CONFIG)), STAGE=name (default: all stages)"
 
 # --- set-up ---------------------------------------------------------------------------------------------------
@@ -62,6 +65,11 @@ deploy: $(VENV)/.synth-deps node_modules/.installed
 diff: $(VENV)/.synth-deps node_modules/.installed
 	@test -n "$(STAGE)" || { echo "usage: make diff STAGE=<stage>  (a stage of $(CONFIG))"; exit 2; }
 	$(CDK) diff "$(STAGE)/*" $(CDK_CONTEXT)
+
+# --- local runs of the code that runs in SageMaker ---------------------------------------------------------------
+
+local-serve: $(VENV)/.test-deps
+	$(PY) -m local.serve --handler model_artifacts/deepspeed --port $(PORT) $(if $(MODEL),--model $(MODEL))
 
 # --- checks ---------------------------------------------------------------------------------------------------
 

@@ -53,6 +53,8 @@ def build_tokenizer(vocab_size: int = 512, seed: int = 0):
         bos_token=EOS_TOKEN,
         unk_token=EOS_TOKEN,
         model_max_length=128,
+        # What causal LMs take; without it transformers 4.x also returns token_type_ids, which GPT-J would embed.
+        model_input_names=["input_ids", "attention_mask"],
     )
 
 

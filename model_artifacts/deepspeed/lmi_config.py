@@ -1,0 +1,195 @@
+"""The handler's typed configuration, parsed once from DJL's model properties and the container environment.
+
+DJL hands model.py the `option.*` keys of serving.properties with the prefix stripped (`option.dtype=fp16` arrives as
+`properties["dtype"] == "fp16"`), all as strings, plus keys of its own (`model_dir`, `device_id`, and
+`tensor_parallel_degree` as an int). This module owns the keys in OWNED_PROPERTIES and ignores every other key.
+
+Stdlib only, so the CDK side can read OWNED_PROPERTY_KEYS without torch:
+    runpy.run_path("model_artifacts/deepspeed/lmi_config.py")["OWNED_PROPERTY_KEYS"]
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+# The stage keys this handler reads (serving.properties spells them `option.<key>`).
+OWNED_PROPERTIES = (
+    "tensor_parallel_degree",
+    "dtype",
+    "max_new_tokens",
+    "max_batch_size",
+    "max_input_length",
+    "context_length",
+    "kernel_injection",
+    "download_dir",
+    "weights_dir",
+)
+OWNED_PROPERTY_KEYS = tuple(f"option.{key}" for key in OWNED_PROPERTIES)
+
+# Environment of the SageMaker Model (set by the CDK side), not serving.properties: a new model version then needs
+# no new code artifact, and DJL never sees an option.model_id it would download by itself.
+WEIGHTS_S3_URI_ENV = "WEIGHTS_S3_URI"
+# DJL's own fallback when option.tensor_parallel_degree is absent (as in the reference notebooks).
+TENSOR_PARALLEL_DEGREE_ENV = "TENSOR_PARALLEL_DEGREE"
+
+DTYPES = ("fp16", "bf16", "int8", "fp32")
+KERNEL_INJECTION_MODES = ("auto", "true", "false")
+
+DEFAULT_DTYPE = "fp16"
+DEFAULT_MAX_NEW_TOKENS = 256
+DEFAULT_MAX_BATCH_SIZE = 4
+DEFAULT_KERNEL_INJECTION = "auto"
+# SageMaker mounts the instance's large volume at /tmp (the root filesystem is small), so weights go there.
+DEFAULT_DOWNLOAD_DIR = "/tmp/weights"
+
+_S3_URI = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9])/(?P<prefix>.*)$")
+
+
+class ConfigError(ValueError):
+    """A property or environment variable has a value the handler cannot use."""
+
+
+@dataclass(frozen=True)
+class HandlerConfig:
+    """Everything the handler needs to know before it loads a model; built once per worker process."""
+
+    weights: str  # s3://bucket/prefix/ (downloaded by local rank 0) or a local HF model folder
+    tensor_parallel_degree: int = 1
+    dtype: str = DEFAULT_DTYPE
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS  # cap per request
+    max_batch_size: int = DEFAULT_MAX_BATCH_SIZE  # prompts per request
+    max_input_length: int | None = None  # prompt tokens; None: the context length minus one new token
+    context_length: int | None = None  # prompt + new tokens; None: taken from the model's config
+    kernel_injection: str = DEFAULT_KERNEL_INJECTION
+    download_dir: str = DEFAULT_DOWNLOAD_DIR
+
+    @property
+    def weights_in_s3(self) -> bool:
+        return self.weights.startswith("s3://")
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> HandlerConfig:
+        """Parse DJL's properties (prefix-stripped) and the environment; raise ConfigError naming what to fix."""
+        env = os.environ if environ is None else environ
+        if properties.get("tensor_parallel_degree") is not None:
+            tensor_parallel_degree = _integer(
+                "option.tensor_parallel_degree", properties["tensor_parallel_degree"], minimum=1
+            )
+        else:
+            tensor_parallel_degree = _integer(
+                TENSOR_PARALLEL_DEGREE_ENV, env.get(TENSOR_PARALLEL_DEGREE_ENV, 1), minimum=1
+            )
+        dtype = _choice("dtype", properties.get("dtype", DEFAULT_DTYPE), DTYPES)
+        kernel_injection = _choice(
+            "kernel_injection", properties.get("kernel_injection", DEFAULT_KERNEL_INJECTION), KERNEL_INJECTION_MODES
+        )
+        if dtype == "int8" and kernel_injection == "false":
+            raise ConfigError(
+                "option.dtype='int8' needs DeepSpeed kernel injection, but option.kernel_injection='false'; "
+                "use option.kernel_injection=auto (or true) on a GPU, or option.dtype=fp16/bf16"
+            )
+        max_input_length = _optional_integer("option.max_input_length", properties.get("max_input_length"), minimum=1)
+        context_length = _optional_integer("option.context_length", properties.get("context_length"), minimum=2)
+        if max_input_length is not None and context_length is not None and max_input_length >= context_length:
+            raise ConfigError(
+                f"option.max_input_length={max_input_length} leaves no room for new tokens in "
+                f"option.context_length={context_length}; expected max_input_length < context_length"
+            )
+        download_dir = str(properties.get("download_dir", DEFAULT_DOWNLOAD_DIR)).strip()
+        if not download_dir:
+            raise ConfigError("option.download_dir is empty; expected a writable directory such as /tmp/weights")
+        return cls(
+            weights=_weights_location(properties, env),
+            tensor_parallel_degree=tensor_parallel_degree,
+            dtype=dtype,
+            max_new_tokens=_integer(
+                "option.max_new_tokens", properties.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS), minimum=1
+            ),
+            max_batch_size=_integer(
+                "option.max_batch_size", properties.get("max_batch_size", DEFAULT_MAX_BATCH_SIZE), minimum=1
+            ),
+            max_input_length=max_input_length,
+            context_length=context_length,
+            kernel_injection=kernel_injection,
+            download_dir=download_dir,
+        )
+
+    def describe(self) -> str:
+        """One log line with every resolved setting."""
+        return " ".join(f"{key}={value}" for key, value in asdict(self).items())
+
+
+def split_s3_uri(uri: str) -> tuple[str, str]:
+    """`s3://bucket/some/prefix` -> ("bucket", "some/prefix/"): the prefix always ends with "/", so the prefix of
+    one model folder never matches a sibling folder that merely starts with the same name."""
+    match = _S3_URI.match(uri.strip())
+    if match is None:
+        raise ConfigError(
+            f"{WEIGHTS_S3_URI_ENV}={uri!r} is not an S3 prefix; expected s3://bucket/prefix/ (a lowercase bucket "
+            "name, then the folder that holds config.json, the weights and the tokenizer files)"
+        )
+    prefix = match.group("prefix")
+    if prefix and not prefix.endswith("/"):
+        prefix += "/"
+    return match.group("bucket"), prefix
+
+
+def _weights_location(properties: Mapping[str, Any], env: Mapping[str, str]) -> str:
+    s3_uri = (env.get(WEIGHTS_S3_URI_ENV) or "").strip()
+    local_dir = str(properties.get("weights_dir") or "").strip()
+    if s3_uri and local_dir:
+        raise ConfigError(
+            f"both {WEIGHTS_S3_URI_ENV}={s3_uri!r} and option.weights_dir={local_dir!r} are set; "
+            "set exactly one: the S3 prefix on an endpoint, the local folder for local runs"
+        )
+    if s3_uri:
+        bucket, prefix = split_s3_uri(s3_uri)
+        return f"s3://{bucket}/{prefix}"
+    if local_dir:
+        if not os.path.isfile(os.path.join(local_dir, "config.json")):
+            raise ConfigError(
+                f"option.weights_dir={local_dir!r} has no config.json; expected a Hugging Face model folder "
+                "(config.json, weights, tokenizer files)"
+            )
+        return local_dir
+    # Weights packed into model.tar.gz next to model.py also work, as with DJL's own handlers.
+    model_dir = str(properties.get("model_dir") or "")
+    if model_dir and os.path.isfile(os.path.join(model_dir, "config.json")):
+        return model_dir
+    raise ConfigError(
+        f"no model weights configured: set the environment variable {WEIGHTS_S3_URI_ENV}=s3://bucket/prefix/ "
+        f"(endpoint), or option.weights_dir=/path/to/model (local run); model_dir={model_dir!r} has no config.json"
+    )
+
+
+def _integer(name: str, value: Any, *, minimum: int) -> int:
+    # bool is an int subclass in Python; "true" is never a meaningful count.
+    if isinstance(value, bool):
+        parsed = None
+    elif isinstance(value, int):
+        parsed = value
+    else:
+        try:
+            parsed = int(str(value).strip())
+        except ValueError:
+            parsed = None
+    if parsed is None or parsed < minimum:
+        raise ConfigError(f"{name}={value!r} is not valid; expected an integer >= {minimum}")
+    return parsed
+
+
+def _optional_integer(name: str, value: Any, *, minimum: int) -> int | None:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    return _integer(name, value, minimum=minimum)
+
+
+def _choice(key: str, value: Any, allowed: tuple[str, ...]) -> str:
+    normalized = str(value).strip().lower()
+    if normalized not in allowed:
+        raise ConfigError(f"option.{key}={value!r} is not supported; expected one of {', '.join(allowed)}")
+    return normalized

@@ -1,0 +1,189 @@
+"""Decide how to load a model folder (plan_loading) and load it behind deepspeed.init_inference (load_model).
+
+Targets: the LMI 0.27.0 DeepSpeed image (deepspeed 0.12.6, torch 2.1.2, a transformers 4.3x) and current releases
+(deepspeed 0.19.x, transformers 5.x). Only APIs present in both are used:
+- init_inference(model, tensor_parallel={"tp_size": n}, dtype=..., replace_with_kernel_inject=..., max_out_tokens=...)
+  (the config-dict form exists since deepspeed 0.7.6; `mp_size` is deprecated);
+- AutoModelForCausalLM.from_pretrained(dir, low_cpu_mem_usage=True): 4.x builds the model on the meta device and
+  fills it from the checkpoint (no random init of a full copy first), 5.x always does and ignores the flag.
+Where they differ, the code branches on the installed version explicitly: the dtype argument (torch_dtype in 4.x,
+dtype in 5.x) and BLOOM kernel injection (below).
+
+Kernel injection: only on CUDA and only for architectures with a DeepSpeed injection policy. A folder holding a
+DeepSpeed inference checkpoint description (ds_inference_config.json, as microsoft/bloom-deepspeed-inference-int8)
+is built on the meta device and each rank loads only its shards, so no rank materializes the full model.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from lmi_config import ConfigError, HandlerConfig
+
+log = logging.getLogger(__name__)
+
+# model_type values with a kernel-injection policy in deepspeed/module_inject/replace_policy.py, 0.12.6 and 0.19.x.
+INJECTION_ARCHITECTURES = ("gptj", "opt", "bloom", "gpt_neox", "gpt2", "gpt_neo")
+# deepspeed >= 0.16.3 raises for BLOOM kernel injection with transformers > 4.43.4 (BLOOM's modules changed there).
+_LAST_TRANSFORMERS_FOR_BLOOM_INJECTION = (4, 43, 4)
+DS_CHECKPOINT_DESCRIPTION = "ds_inference_config.json"
+# Config attributes that state a model's context window, in the order they are trusted.
+_CONTEXT_ATTRIBUTES = ("max_position_embeddings", "n_positions", "seq_length", "max_sequence_length", "n_ctx")
+# Tokenizers without a real limit report a huge sentinel (int(1e30)); anything above this is not a context length.
+_IMPLAUSIBLE_CONTEXT = 1_000_000
+
+_TORCH_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "int8": "float16"}
+_DEEPSPEED_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "int8": "int8"}
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    model_type: str
+    kernel_injection: bool
+    torch_dtype: str  # what the weights are loaded as (torch attribute name)
+    deepspeed_dtype: str  # what init_inference runs in; int8 quantizes fp16 weights
+    meta_checkpoint: str | None  # ds_inference_config.json to load shards from, model built on meta
+    context_length: int  # prompt + new tokens
+    max_input_length: int  # prompt tokens
+
+
+def plan_loading(
+    config: HandlerConfig,
+    model_config: Any,
+    weights_dir: str,
+    *,
+    cuda_available: bool,
+    transformers_version: str,
+    tokenizer_max_length: int | None = None,
+) -> LoadPlan:
+    """Every loading decision, made up front and without touching a GPU, so a bad combination fails at start-up."""
+    model_type = str(getattr(model_config, "model_type", ""))
+    kernel_injection = _kernel_injection(config, model_type, cuda_available, transformers_version)
+    if config.dtype == "int8" and not kernel_injection:
+        raise ConfigError(
+            f"option.dtype='int8' needs DeepSpeed kernel injection, which is off here (model_type={model_type!r}, "
+            f"CUDA available: {cuda_available}, option.kernel_injection={config.kernel_injection!r}); "
+            "use fp16 or bf16"
+        )
+    meta_checkpoint = None
+    description = os.path.join(weights_dir, DS_CHECKPOINT_DESCRIPTION)
+    if os.path.isfile(description):
+        if not kernel_injection:
+            raise ConfigError(
+                f"{description} describes a DeepSpeed inference checkpoint, which only loads with kernel injection; "
+                f"it is off here (model_type={model_type!r}, CUDA available: {cuda_available}, "
+                f"option.kernel_injection={config.kernel_injection!r})"
+            )
+        meta_checkpoint = description
+    context_length = _context_length(config, model_config, model_type, tokenizer_max_length)
+    max_input_length = config.max_input_length if config.max_input_length is not None else context_length - 1
+    if max_input_length >= context_length:
+        raise ConfigError(
+            f"option.max_input_length={max_input_length} leaves no room for new tokens in the context of "
+            f"{context_length} tokens; expected a value below {context_length}"
+        )
+    return LoadPlan(
+        model_type=model_type,
+        kernel_injection=kernel_injection,
+        torch_dtype=_TORCH_DTYPES[config.dtype],
+        deepspeed_dtype=_DEEPSPEED_DTYPES[config.dtype],
+        meta_checkpoint=meta_checkpoint,
+        context_length=context_length,
+        max_input_length=max_input_length,
+    )
+
+
+def load_model(weights_dir: str, config: HandlerConfig, *, use_cuda: bool, local_rank: int = 0):
+    """Load tokenizer and model, wrap the model with deepspeed.init_inference; return (model, tokenizer, plan)."""
+    import deepspeed
+    import torch
+    import transformers
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    model_config = AutoConfig.from_pretrained(weights_dir)
+    tokenizer = AutoTokenizer.from_pretrained(weights_dir)
+    plan = plan_loading(
+        config,
+        model_config,
+        weights_dir,
+        cuda_available=use_cuda,
+        transformers_version=transformers.__version__,
+        tokenizer_max_length=getattr(tokenizer, "model_max_length", None),
+    )
+    log.info("loading %s: %s", weights_dir, plan)
+    torch_dtype = getattr(torch, plan.torch_dtype)
+    # transformers 5 renamed torch_dtype to dtype (the old name still works there, with a deprecation warning).
+    dtype_argument = {"dtype" if _version_tuple(transformers.__version__) >= (5,) else "torch_dtype": torch_dtype}
+    if plan.meta_checkpoint:
+        with deepspeed.OnDevice(dtype=torch_dtype, device="meta"):
+            model = AutoModelForCausalLM.from_config(model_config, **dtype_argument)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(weights_dir, low_cpu_mem_usage=True, **dtype_argument)
+    model.eval()
+
+    inference_kwargs: dict[str, Any] = {
+        "tensor_parallel": {"tp_size": config.tensor_parallel_degree},
+        "dtype": getattr(torch, plan.deepspeed_dtype),
+        "replace_with_kernel_inject": plan.kernel_injection,
+    }
+    if plan.kernel_injection:
+        # The fused kernels preallocate a KV workspace of max_out_tokens (default 1024) and fail on longer sequences.
+        inference_kwargs["max_out_tokens"] = plan.context_length
+    if plan.meta_checkpoint:
+        inference_kwargs["checkpoint"] = plan.meta_checkpoint
+        inference_kwargs["base_dir"] = weights_dir
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+    engine = deepspeed.init_inference(model, **inference_kwargs)
+    model = engine.module
+    model.eval()
+    return model, tokenizer, plan
+
+
+def _kernel_injection(config: HandlerConfig, model_type: str, cuda_available: bool, transformers_version: str) -> bool:
+    has_policy = model_type in INJECTION_ARCHITECTURES
+    bloom_blocked = (
+        model_type == "bloom" and _version_tuple(transformers_version) > _LAST_TRANSFORMERS_FOR_BLOOM_INJECTION
+    )
+    if config.kernel_injection == "false":
+        return False
+    if config.kernel_injection == "auto":
+        return cuda_available and has_policy and not bloom_blocked
+    # "true": the operator asked for it, so every reason it cannot happen is an error.
+    if not cuda_available:
+        raise ConfigError("option.kernel_injection='true' needs a CUDA GPU, and none is visible; use auto or false")
+    if not has_policy:
+        raise ConfigError(
+            f"option.kernel_injection='true' but DeepSpeed has no injection policy for model_type={model_type!r}; "
+            f"policies exist for {', '.join(INJECTION_ARCHITECTURES)}; use auto or false"
+        )
+    if bloom_blocked:
+        raise ConfigError(
+            f"option.kernel_injection='true' but DeepSpeed refuses BLOOM kernel injection with transformers "
+            f"{transformers_version} (> 4.43.4); use the LMI 0.27.0 image's transformers, or auto/false"
+        )
+    return True
+
+
+def _context_length(config: HandlerConfig, model_config: Any, model_type: str, tokenizer_max_length: int | None) -> int:
+    if config.context_length is not None:
+        return config.context_length
+    for attribute in _CONTEXT_ATTRIBUTES:
+        value = getattr(model_config, attribute, None)
+        if isinstance(value, int) and not isinstance(value, bool) and 1 < value < _IMPLAUSIBLE_CONTEXT:
+            return value
+    if isinstance(tokenizer_max_length, int) and 1 < tokenizer_max_length < _IMPLAUSIBLE_CONTEXT:
+        return tokenizer_max_length
+    raise ConfigError(
+        f"cannot tell the context length of model_type={model_type!r}: its config.json has none of "
+        f"{', '.join(_CONTEXT_ATTRIBUTES)} and the tokenizer states no limit; set option.context_length"
+    )
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    # Leading digits of each part: "5.0.0rc1" -> (5, 0, 0), "4.43.4.dev0" -> (4, 43, 4).
+    return tuple(int(re.match(r"\d*", part).group() or 0) for part in version.split(".")[:3])

@@ -1,0 +1,216 @@
+"""The handler end to end on CPU (DeepSpeed without kernel injection): its generations equal model.generate on the
+same weights and seed, batches are padded on the left, and bad requests get a 4xx without hurting the worker."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+ARCHITECTURES = ["gptj", "opt", "bloom"]
+PROMPTS = ["the model likes fresh", "a cat", "my friend reads old books every"]
+
+
+def _expected(reference_model, arch, prompts, seed=None, **generate_kwargs):
+    """What a user gets from plain transformers: left-padded batch, model.generate, new tokens decoded."""
+    model, tokenizer = reference_model(arch)
+    encoded = tokenizer(prompts, return_tensors="pt", padding=True)
+    if seed is not None:
+        torch.manual_seed(seed)
+    # Only ids and mask: transformers 4.x tokenizers may add token_type_ids, which GPT-J would embed as tokens.
+    output = model.generate(
+        input_ids=encoded["input_ids"],
+        attention_mask=encoded["attention_mask"],
+        pad_token_id=tokenizer.pad_token_id,
+        **generate_kwargs,
+    )
+    texts = []
+    for row in output[:, encoded["input_ids"].shape[1] :].tolist():
+        if tokenizer.eos_token_id in row:
+            row = row[: row.index(tokenizer.eos_token_id) + 1]
+        texts.append(tokenizer.decode(row, skip_special_tokens=True))
+    return texts
+
+
+def _generate(loaded_service, make_input, read_output, arch, payload):
+    status, body = read_output(loaded_service(arch).inference(make_input(payload)))
+    assert status == 200, body
+    return body
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_greedy_generation_equals_model_generate(arch, loaded_service, reference_model, make_input, read_output):
+    body = _generate(
+        loaded_service, make_input, read_output, arch, {"inputs": PROMPTS[0], "parameters": {"max_new_tokens": 12}}
+    )
+    expected = _expected(reference_model, arch, [PROMPTS[0]], max_new_tokens=12, do_sample=False)
+    assert [item["generated_text"] for item in body] == expected
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_seeded_sampling_equals_model_generate_with_the_same_seed(
+    arch, loaded_service, reference_model, make_input, read_output
+):
+    parameters = {"max_new_tokens": 12, "do_sample": True, "temperature": 0.8, "top_k": 20, "top_p": 0.95, "seed": 7}
+    body = _generate(loaded_service, make_input, read_output, arch, {"inputs": PROMPTS, "parameters": parameters})
+    expected = _expected(
+        reference_model, arch, PROMPTS, seed=7, max_new_tokens=12, do_sample=True, temperature=0.8, top_k=20, top_p=0.95
+    )
+    assert [item["generated_text"] for item in body] == expected
+    again = _generate(loaded_service, make_input, read_output, arch, {"inputs": PROMPTS, "parameters": parameters})
+    assert again == body
+    other_seed = {**parameters, "seed": 8}
+    different = _generate(loaded_service, make_input, read_output, arch, {"inputs": PROMPTS, "parameters": other_seed})
+    assert different != body
+    greedy = _expected(reference_model, arch, PROMPTS, max_new_tokens=12, do_sample=False)
+    assert expected != greedy
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_a_batch_is_left_padded_and_matches_each_prompt_alone(
+    arch, loaded_service, reference_model, make_input, read_output
+):
+    parameters = {"max_new_tokens": 10, "repetition_penalty": 1.3}
+    batch = _generate(loaded_service, make_input, read_output, arch, {"inputs": PROMPTS, "parameters": parameters})
+    assert [item["generated_text"] for item in batch] == _expected(
+        reference_model, arch, PROMPTS, max_new_tokens=10, do_sample=False, repetition_penalty=1.3
+    )
+    alone = [
+        _generate(loaded_service, make_input, read_output, arch, {"inputs": prompt, "parameters": parameters})[0]
+        for prompt in PROMPTS
+    ]
+    assert [item["generated_text"] for item in batch] == [item["generated_text"] for item in alone]
+    _, tokenizer = reference_model(arch)
+    prompt_tokens = [len(tokenizer(prompt)["input_ids"]) for prompt in PROMPTS]
+    assert [item["details"]["prompt_tokens"] for item in batch] == prompt_tokens
+
+
+def test_details_count_tokens_and_give_the_finish_reason(loaded_service, make_input, read_output):
+    body = _generate(
+        loaded_service, make_input, read_output, "gptj", {"inputs": ["a cat"], "parameters": {"max_new_tokens": 5}}
+    )
+    (item,) = body
+    assert item["details"]["prompt_tokens"] == 2
+    assert item["details"]["finish_reason"] in ("length", "eos_token")
+    if item["details"]["finish_reason"] == "length":
+        assert item["details"]["generated_tokens"] == 5
+
+
+def test_stop_strings_cut_the_text_and_end_generation(loaded_service, reference_model, make_input, read_output):
+    full = _expected(reference_model, "bloom", [PROMPTS[0]], max_new_tokens=12, do_sample=False)[0]
+    stop = full[len(full) // 2 : len(full) // 2 + 3]
+    assert stop and stop in full
+    body = _generate(
+        loaded_service,
+        make_input,
+        read_output,
+        "bloom",
+        {"inputs": PROMPTS[0], "parameters": {"max_new_tokens": 12, "stop": [stop, "never appears"]}},
+    )
+    (item,) = body
+    assert item["generated_text"] == full[: full.index(stop)]
+    assert item["details"]["finish_reason"] == "stop_sequence"
+    assert item["details"]["generated_tokens"] < 12
+
+
+def test_return_full_text_prepends_the_prompt(loaded_service, make_input, read_output):
+    payload = {"inputs": "a cat", "parameters": {"max_new_tokens": 4}}
+    plain = _generate(loaded_service, make_input, read_output, "opt", payload)[0]["generated_text"]
+    payload["parameters"]["return_full_text"] = True
+    full = _generate(loaded_service, make_input, read_output, "opt", payload)[0]["generated_text"]
+    assert full == "a cat" + plain
+
+
+# Each bad request, its status, and a fragment of the message (the full table of parse errors is in
+# test_lmi_requests.py; these include the checks that need the tokenizer and the model's context of 128 tokens).
+BAD_REQUESTS = [
+    (b"not json", 400, "request body is not valid JSON"),
+    (b'{"input": "typo"}', 400, "unknown field(s) 'input'"),
+    (b'{"parameters": {}}', 400, 'field "inputs" is missing'),
+    (b'{"inputs": {"text": "x"}}', 400, "inputs must be a string or a list of strings; got an object"),
+    (b'{"inputs": "x", "parameters": {"beams": 4}}', 400, "unknown parameter(s) 'beams'"),
+    (b'{"inputs": ""}', 422, "inputs is an empty string"),
+    (b'{"inputs": ["a", "b", "c", "d", "e"]}', 413, "inputs has 5 prompts; this endpoint accepts at most 4"),
+    (b'{"inputs": "x", "parameters": {"max_new_tokens": 257}}', 413, "above this endpoint's cap of 256"),
+    (
+        ('{"inputs": "' + "the model likes fresh bread " * 30 + '"}').encode(),
+        413,
+        "prompts may have at most 127 tokens",
+    ),
+    (
+        ('{"inputs": "' + "the model likes fresh bread " * 7 + '", "parameters": {"max_new_tokens": 120}}').encode(),
+        413,
+        "above the model's context of 128 tokens",
+    ),
+]
+
+
+@pytest.mark.parametrize(("body", "status", "message"), BAD_REQUESTS)
+def test_bad_request_gets_a_4xx_and_the_next_request_is_served(
+    body, status, message, loaded_service, make_input, read_output
+):
+    service = loaded_service("gptj")
+    code, error = read_output(service.inference(make_input(body)))
+    assert code == status
+    assert error["code"] == status
+    assert message in error["error"]
+    assert error["message"]  # the HTTP reason phrase, e.g. "Bad Request"
+    code, good = read_output(service.inference(make_input({"inputs": "a cat", "parameters": {"max_new_tokens": 3}})))
+    assert code == 200 and len(good) == 1
+
+
+def test_an_unexpected_failure_is_a_500_and_the_worker_keeps_serving(
+    loaded_service, make_input, read_output, monkeypatch
+):
+    service = loaded_service("gptj")
+    monkeypatch.setattr(service.generator.model, "generate", lambda *args, **kwargs: 1 / 0)
+    code, error = read_output(service.inference(make_input({"inputs": "a cat"})))
+    assert code == 500
+    assert "generation failed: ZeroDivisionError" in error["error"]
+    monkeypatch.undo()
+    code, _ = read_output(service.inference(make_input({"inputs": "a cat", "parameters": {"max_new_tokens": 2}})))
+    assert code == 200
+
+
+def test_handle_loads_once_on_djls_empty_start_up_call(
+    handler_module, tiny_model_dir, make_input, read_output, monkeypatch
+):
+    from djl_python import Input
+
+    service = handler_module.TextGenerationService()
+    monkeypatch.setattr(handler_module, "_service", service)
+    startup = Input()
+    startup.properties = {"weights_dir": str(tiny_model_dir("gptj")), "dtype": "fp32", "model_dir": "/opt/ml/model"}
+    assert handler_module.handle(startup) is None
+    generator = service.generator
+    assert generator is not None
+
+    code, body = read_output(
+        handler_module.handle(make_input({"inputs": "a cat", "parameters": {"max_new_tokens": 2}}))
+    )
+    assert code == 200 and body[0]["details"]["prompt_tokens"] == 2
+    assert service.generator is generator  # not reloaded
+
+    code, error = read_output(handler_module.handle(Input()))  # an empty body after start-up is a client error
+    assert code == 400 and "request body is empty" in error["error"]
+
+
+def test_a_tensor_parallel_degree_without_matching_ranks_fails_start_up(handler_module, tiny_model_dir):
+    from lmi_config import ConfigError
+
+    service = handler_module.TextGenerationService()
+    with pytest.raises(ConfigError, match=r"option\.tensor_parallel_degree=2 but this worker group has WORLD_SIZE=1"):
+        service.initialize({"weights_dir": str(tiny_model_dir("gptj")), "tensor_parallel_degree": 2})
+    assert not service.initialized
+
+
+def test_weights_come_from_s3_on_first_start(
+    handler_module, tiny_model_dir, s3, upload_folder, make_input, read_output, tmp_path, monkeypatch
+):
+    upload_folder(s3, tiny_model_dir("opt"), "runs/42/model/")
+    monkeypatch.setenv("WEIGHTS_S3_URI", "s3://lmi-test-weights/runs/42/model/")
+    monkeypatch.setattr("lmi_weights.find_s5cmd", lambda: None)
+    service = handler_module.TextGenerationService()
+    service.initialize({"dtype": "fp32", "download_dir": str(tmp_path)})
+    assert (tmp_path / "lmi-test-weights" / "runs" / "42" / "model" / "DONE").is_file()
+    code, body = read_output(service.inference(make_input({"inputs": "a cat", "parameters": {"max_new_tokens": 3}})))
+    assert code == 200 and body[0]["details"]["prompt_tokens"] >= 2
