@@ -1,0 +1,253 @@
+"""train.py's SMP v1 and SMP v2 code paths, run in-process against STAND-INS of the libraries (smp_standins.py).
+
+The stand-ins check the call order and arguments the real libraries require (and raise where the real library
+would refuse or misbehave); the runs here then check what train.py produced. They do NOT prove that SMP's
+partitioning, tensor/pipeline parallelism, fp16 loss scaling, sharding or checkpoint formats work: those exist only
+in the SageMaker containers, on GPUs.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from finetune.backends.smp_v2 import SmpV2Backend
+from finetune.hyperparameters import parse_hyperparameters
+from finetune.layout import parse_layout
+from finetune.modeling import build_model, load_model_source
+from safetensors.torch import load_file
+from smp_standins import ApiMisuse, SmpV1, SmpV2
+from training_helpers import train_arguments
+
+from local.tiny import build_config
+
+# One process stands in for the cluster, so FSDP falls back to NO_SHARD and says so; torch 2.13 also flags the FSDP1
+# state-dict API that the SMP v2 images (torch 2.0-2.5) still use.
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:FSDP is switching to use `NO_SHARD`:UserWarning"),
+    pytest.mark.filterwarnings("ignore:When using ``NO_SHARD`` for ``ShardingStrategy``:UserWarning"),
+    pytest.mark.filterwarnings("ignore:FSDP.state_dict_type\\(\\) and FSDP.set_state_dict_type\\(\\):FutureWarning"),
+]
+
+
+@pytest.fixture
+def fresh_process_group():
+    """Each SMP run initializes torch.distributed in this process; leave none behind."""
+    yield
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _install(monkeypatch: pytest.MonkeyPatch, modules: dict) -> None:
+    for name, module in modules.items():
+        monkeypatch.setitem(sys.modules, name, module)
+
+
+def _free_port() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return str(probe.getsockname()[1])
+
+
+def _same_weights(first: Path, second: Path) -> bool:
+    a, b = load_file(first / "model.safetensors"), load_file(second / "model.safetensors")
+    return a.keys() == b.keys() and all(torch.equal(a[name], b[name]) for name in a)
+
+
+V1_PARAMETERS = {"ddp": True, "partitions": 1, "tensor_parallel_degree": 1, "microbatches": 2}
+
+
+def test_smp_v1_path_follows_the_library_contract_and_resumes(
+    train_script, tiny_assets, prepared_data, tmp_path, monkeypatch, clean_environment, fresh_process_group
+) -> None:
+    environ = {"SM_HP_MP_PARAMETERS": json.dumps(V1_PARAMETERS)}
+    # The schedule spans 8 steps whatever max_steps is, so a 6-step run resumed to 8 matches a straight 8-step run.
+    options = {
+        "activation_checkpointing": "true",
+        "validation_freq": 3,
+        "checkpoint_freq": 3,
+        "activation_strategy": "each",
+        "lr_decay_iters": 8,
+    }
+    smp = SmpV1()
+    _install(monkeypatch, smp.modules())
+    # --backend auto: mp_parameters holds SMP v1 keys and the (stand-in) library imports.
+    summary = train_script.run(train_arguments(tiny_assets, prepared_data, tmp_path, max_steps=6, **options), environ)
+    assert summary["backend"] == "smp_v1"
+
+    names = smp.names()
+    order = ["init", "model_creation", "DistributedModel", "set_activation_checkpointing", "DistributedOptimizer"]
+    first_calls = sorted(order, key=names.index)
+    assert first_calls == order
+    assert names.count("set_activation_checkpointing") == 2  # each GPT-J block (no tensor parallelism)
+    init = dict(smp.calls)["init"]["config"]
+    assert init == V1_PARAMETERS
+    assert dict(smp.calls)["model_creation"] == {"tensor_parallelism": False, "dtype": None}
+    assert dict(smp.calls)["DistributedModel"] == {"trace_device": "cpu", "backward_passes_per_step": 1}
+    assert dict(smp.calls)["DistributedOptimizer"] == {
+        "static_loss_scale": None,
+        "dynamic_loss_scale": True,
+        "dynamic_loss_args": {"scale_window": 1000, "min_scale": 1, "delayed_shift": 2},
+    }
+    steps = [details for name, details in smp.calls if name == "step"]
+    assert {details["microbatches"] for details in steps} == {2}
+    assert sum(details["function"] == "train_step" for details in steps) == 6
+    saves = [details for name, details in smp.calls if name == "save_checkpoint"]
+    assert saves[0]["partial"] is True and saves[0]["tag"] == "step_00000003"
+    assert saves[0]["path"].endswith(".tmp-step_00000003")  # written under the temporary name, then renamed
+    assert saves[-1]["partial"] is False and saves[-1]["tag"] == "fullmodel.pt" and saves[-1]["translate_if_full"]
+    assert names[-1] == "barrier"
+    assert (tmp_path / "checkpoints" / "step_00000003" / "step_00000003_partial" / "model_0_0.pt").is_file()
+
+    # The final model: gathered on rank 0 from SMP's full checkpoint, saved in HF format.
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "model")
+    assert type(model).__name__ == "GPTJForCausalLM"
+    assert not (tmp_path / "model" / ".full_state").exists()
+
+    # A restarted job resumes through smp.resume_from_checkpoint; SMP loads the state at the first step.
+    dist.destroy_process_group()
+    resumed = SmpV1()
+    _install(monkeypatch, resumed.modules())
+    train_script.run(train_arguments(tiny_assets, prepared_data, tmp_path, max_steps=8, **options), environ)
+    names = resumed.names()
+    assert dict(resumed.calls)["resume_from_checkpoint"]["tag"] == "step_00000003"
+    assert names.index("DistributedOptimizer") < names.index("resume_from_checkpoint") < names.index("deferred_load")
+    assert names.index("deferred_load") < names.index("step")
+    assert sum(details["function"] == "train_step" for name, details in resumed.calls if name == "step") == 5
+    # ... and ends where an uninterrupted 8-step run ends.
+    dist.destroy_process_group()
+    _install(monkeypatch, SmpV1().modules())
+    straight = tmp_path / "straight"
+    train_script.run(train_arguments(tiny_assets, prepared_data, straight, max_steps=8, **options), environ)
+    assert _same_weights(tmp_path / "model", straight / "model")
+
+
+def test_smp_v1_fp16_path_uses_the_fp16_optimizer_api(
+    train_script, tiny_assets, prepared_data, tmp_path, monkeypatch, clean_environment, fresh_process_group
+) -> None:
+    environ = {"SM_HP_MP_PARAMETERS": json.dumps({**V1_PARAMETERS, "fp16": True})}
+    smp = SmpV1()
+    _install(monkeypatch, smp.modules())
+    arguments = train_arguments(
+        tiny_assets, prepared_data, tmp_path, max_steps=2, train_batch_size=4, gradient_accumulation=2,
+        validation_batches=1, checkpoint_freq=0, grad_clip=0.5,
+    )  # fmt: skip
+    summary = train_script.run(arguments, environ)
+    assert dict(smp.calls)["model_creation"] == {"tensor_parallelism": False, "dtype": torch.float16}
+    assert dict(smp.calls)["DistributedModel"]["backward_passes_per_step"] == 2
+    assert [details for name, details in smp.calls if name == "clip_master_grads"] == [{"max_norm": 0.5}] * 2
+    assert sum(name == "step" for name, _ in smp.calls) == 2 * 2 + 1  # 2 steps x 2 micro-steps, 1 validation
+    assert summary["val_loss"] < summary["train_loss"] + 1.0  # finite: fp32 master weights, no overflow
+    saved = load_file(tmp_path / "model" / "model.safetensors")
+    # The trained fp16 weights, as SMP holds them (transformers 4.2x also saves GPT-J's boolean causal-mask buffer).
+    assert {tensor.dtype for tensor in saved.values() if tensor.is_floating_point()} == {torch.float16}
+
+
+def test_smp_v1_stand_in_rejects_what_the_library_rejects(fresh_process_group) -> None:
+    smp = SmpV1()
+    with pytest.raises(ApiMisuse, match=r"before smp\.init"):
+        smp.DistributedModel(torch.nn.Linear(2, 2))
+    smp.init({"microbatches": 1})
+    with pytest.raises(ApiMisuse, match=r"created inside smp\.model_creation"):
+        smp.DistributedModel(torch.nn.Linear(2, 2))
+    with smp.model_creation():
+        layer = torch.nn.Linear(2, 1)
+    model = smp.DistributedModel(layer)
+    with pytest.raises(ApiMisuse, match=r"only be called inside an @smp\.step"):
+        model(torch.ones(1, 2))
+
+    @smp.step
+    def wrong_backward(model, inputs):
+        loss = model(inputs).sum()
+        loss.backward()
+        return loss
+
+    with pytest.raises(ApiMisuse, match=r"not loss\.backward"):
+        wrong_backward(model, torch.ones(4, 2))
+    with pytest.raises(ApiMisuse, match="not the DistributedModel's"):
+        smp.DistributedOptimizer(torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1))
+
+
+def _v2_environment(parameters: dict) -> dict:
+    # What torchrun (SageMaker's SMP v2 launcher) provides.
+    return {
+        "SM_HP_MP_PARAMETERS": json.dumps(parameters),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": _free_port(),
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+    }
+
+
+def test_smp_v2_path_trains_with_fsdp_and_resumes(
+    train_script, tiny_assets, prepared_data, tmp_path, monkeypatch, clean_environment, fresh_process_group
+) -> None:
+    environ = _v2_environment({"hybrid_shard_degree": 1, "activation_loading_horizon": 2})
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    tsm = SmpV2()
+    _install(monkeypatch, tsm.modules())
+    options = {"activation_checkpointing": "true", "validation_freq": 3, "checkpoint_freq": 3, "lr_decay_iters": 7}
+    summary = train_script.run(train_arguments(tiny_assets, prepared_data, tmp_path, max_steps=6, **options), environ)
+    assert summary["backend"] == "smp_v2"
+    names = tsm.names()
+    assert names[0] == "init" and "transform" not in names  # GPT-J: no SMP v2 tensor parallelism, plain FSDP
+    assert names.count("clip_grad_norm_") == 6
+    assert (tmp_path / "checkpoints" / "step_00000003" / "model.pt").is_file()
+
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "model")
+    reference = build_model(load_model_source(None, str(tiny_assets["config"]), str(tiny_assets["tokenizer"])), None)
+    assert model.state_dict().keys() == reference.state_dict().keys()  # clean HF names, no FSDP/checkpoint prefixes
+
+    # Restart: FSDP full state dicts are read back, and training continues from step 3.
+    monkeypatch.setenv("MASTER_PORT", _free_port())
+    resumed = SmpV2()
+    _install(monkeypatch, resumed.modules())
+    train_script.run(train_arguments(tiny_assets, prepared_data, tmp_path, max_steps=7, **options), environ)
+    assert resumed.names().count("clip_grad_norm_") == 4
+    # ... and ends where an uninterrupted 7-step run ends (the SMP v2 backend closes its own process group).
+    monkeypatch.setenv("MASTER_PORT", _free_port())
+    _install(monkeypatch, SmpV2().modules())
+    straight = tmp_path / "straight"
+    train_script.run(train_arguments(tiny_assets, prepared_data, straight, max_steps=7, **options), environ)
+    assert _same_weights(tmp_path / "model", straight / "model")
+
+
+def test_smp_v2_transforms_before_the_fsdp_wrap_for_tensor_parallelism(
+    tiny_assets, tmp_path, monkeypatch, clean_environment, fresh_process_group
+) -> None:
+    environ = _v2_environment({"tensor_parallel_degree": 2, "hybrid_shard_degree": 2})
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    tsm = SmpV2()
+    _install(monkeypatch, tsm.modules())
+    config = build_config("gpt_neox", vocab_size=512).to_dict()
+    (tmp_path / "neox.json").write_text(json.dumps(config))
+    arguments = ["--model_config", str(tmp_path / "neox.json"), "--tokenizer_dir", str(tiny_assets["tokenizer"])]
+    hp, _ = parse_hyperparameters(arguments, environ)
+    backend = SmpV2Backend(hp, parse_layout(json.loads(environ["SM_HP_MP_PARAMETERS"])), "fp32", environ)
+    backend.setup()
+    source = load_model_source(None, str(tmp_path / "neox.json"), str(tiny_assets["tokenizer"]))
+    model = backend.create_model(lambda dtype: build_model(source, dtype))
+    wrapped, _ = backend.prepare(model, lambda module: torch.optim.AdamW(module.parameters()))
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    assert tsm.names() == ["init", "transform"]  # the stand-in raises if transform sees an FSDP-wrapped model
+    assert isinstance(wrapped, FullyShardedDataParallel) and wrapped.module is model
+    backend.shutdown()
+
+
+def test_smp_v2_stand_in_rejects_init_before_the_process_group(fresh_process_group) -> None:
+    with pytest.raises(ApiMisuse, match=r"needs torch\.distributed initialized first"):
+        SmpV2().init()

@@ -1,0 +1,81 @@
+"""Helpers for the training tests (imported by conftest.py and the test modules; fixtures live in conftest.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TRAINING_DIR = REPO_ROOT / "training"
+# As in the container, where train.py runs from the source dir and imports `finetune` as a top-level package.
+for path in (str(TRAINING_DIR), str(REPO_ROOT)):
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+# Small enough for a few hundred steps in seconds on 2 cores, and still GPT-J's code path.
+BLOCK_SIZE = 32
+
+
+def load_module(name: str, path: Path) -> ModuleType:
+    """A module loaded from a file under a unique name (the stand-ins, the entry-point scripts)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_script(script: str, args: list[str], env: dict[str, str] | None = None, timeout: int = 120):
+    """Run one of the training entry points as the container does: `python <script> ...` in the training folder."""
+    environment = {key: value for key, value in os.environ.items() if not key.startswith(("SM_", "WORLD_SIZE"))}
+    environment.update({"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})})
+    return subprocess.run(
+        [sys.executable, script, *args],
+        cwd=TRAINING_DIR,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def train_arguments(
+    assets: dict[str, Path], data: dict[str, Path], run_dir: Path, *, dropout: bool = False, **overrides: object
+) -> list[str]:
+    """train.py flags for a tiny run writing everything under run_dir; overrides replace or add flags."""
+    flags: dict[str, object] = {
+        "train_dir": data["train"],
+        "validation_dir": data["validation"],
+        "model_config": assets["config_dropout" if dropout else "config"],
+        "tokenizer_dir": assets["tokenizer"],
+        "model_dir": run_dir / "model",
+        "output_dir": run_dir / "output",
+        "checkpoint_dir": run_dir / "checkpoints",
+        "train_batch_size": 8,
+        "val_batch_size": 8,
+        "max_steps": 50,
+        "lr": 3e-3,
+        "min_lr": 1e-4,
+        "warmup": 0.1,
+        "logging_freq": 1,
+        "validation_freq": 25,
+        "checkpoint_freq": 0,
+        "activation_checkpointing": "false",
+        "seed": 7,
+    }
+    flags.update(overrides)
+    return [item for name, value in flags.items() for item in (f"--{name}", str(value))]
+
+
+def read_log_records(stdout: str, prefix: str = "step=") -> list[dict[str, str]]:
+    """The `name=value` metric lines of a train.py log, as dicts of strings."""
+    records = []
+    for line in stdout.splitlines():
+        if line.startswith(prefix):
+            records.append(dict(item.split("=", 1) for item in line.split()))
+    return records

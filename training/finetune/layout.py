@@ -1,0 +1,256 @@
+"""The parallel layout: read `mp_parameters`, choose the backend, and check the layout before anything starts.
+
+The pipeline sets the SMP configuration once, in the estimator's `distribution`; SageMaker hands it to the job as
+the JSON hyperparameter `mp_parameters` (env `SM_HP_MP_PARAMETERS`, and the `--mp_parameters` flag). This script
+reads it to learn the layout instead of duplicating those keys as its own flags.
+
+SMP v1 keys (sagemaker-python-sdk `smd_model_parallel_general.rst`, v2.199.0): `tensor_parallel_degree`,
+`partitions` / `pipeline_parallel_degree`, `microbatches`, `pipeline`, `ddp`, `fp16`, `bf16`,
+`shard_optimizer_state`, `sharded_data_parallel_degree`, `offload_activations`, `auto_partition`,
+`default_partition`, `optimize`, `placement_strategy`, `prescaled_batch`, `delayed_parameter_initialization`,
+`activation_loading_horizon`, ... SMP v2 keys (AWS "SMP v2 reference"): `hybrid_shard_degree`,
+`sm_activation_offloading`, `activation_loading_horizon`, `tensor_parallel_degree`, ...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+from collections.abc import Mapping
+from typing import Any, Callable
+
+from .errors import ConfigurationError
+from .hyperparameters import Hyperparameters, PlatformArguments
+
+SMP_V1_MODULE = "smdistributed.modelparallel.torch"
+SMP_V2_MODULE = "torch.sagemaker"
+
+# Keys only SMP v1 understands, and keys only SMP v2 understands; tensor_parallel_degree and
+# activation_loading_horizon belong to both.
+SMP_V1_ONLY_KEYS = frozenset(
+    {
+        "partitions",
+        "pipeline_parallel_degree",
+        "microbatches",
+        "pipeline",
+        "ddp",
+        "fp16",
+        "fp16_params",
+        "bf16",
+        "shard_optimizer_state",
+        "sharded_data_parallel_degree",
+        "offload_activations",
+        "auto_partition",
+        "default_partition",
+        "optimize",
+        "placement_strategy",
+        "prescaled_batch",
+        "delayed_parameter_initialization",
+        "active_microbatches",
+        "skip_tracing",
+        "memory_weight",
+    }
+)
+SMP_V2_ONLY_KEYS = frozenset(
+    {
+        "hybrid_shard_degree",
+        "sm_activation_offloading",
+        "fsdp_cache_flush_warnings",
+        "allow_empty_shards",
+        "context_parallel_degree",
+        "expert_parallel_degree",
+        "random_seed",
+    }
+)
+# HF model types SMP v2 can tensor-parallelize (AWS doc "Tensor parallelism" for SMP v2). GPT-J is not among them.
+SMP_V2_TENSOR_PARALLEL_MODEL_TYPES = frozenset({"gpt_neox", "llama", "mistral", "mixtral"})
+
+
+@dataclasses.dataclass(frozen=True)
+class ParallelLayout:
+    """What mp_parameters says, with the defaults the libraries apply."""
+
+    smp_version: str | None = None  # "v1", "v2", or None when mp_parameters is absent or holds only shared keys
+    parameters: dict[str, Any] = dataclasses.field(default_factory=dict)
+    tensor_parallel_degree: int = 1
+    pipeline_parallel_degree: int = 1
+    microbatches: int = 1
+    sharded_data_parallel_degree: int = 1
+    hybrid_shard_degree: int = 0
+    ddp: bool = False
+    fp16: bool | None = None  # None: not given in mp_parameters
+    bf16: bool | None = None
+    prescaled_batch: bool = False
+    activation_offloading: bool = False
+
+
+def _integer(parameters: Mapping[str, Any], key: str, default: int) -> int:
+    value = parameters.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigurationError(f"mp_parameters {key} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _flag(parameters: Mapping[str, Any], key: str) -> bool | None:
+    value = parameters.get(key)
+    if value is None or isinstance(value, bool):
+        return value
+    raise ConfigurationError(f"mp_parameters {key} must be true or false, got {value!r}")
+
+
+def read_mp_parameters(environ: Mapping[str, str], platform: PlatformArguments) -> dict[str, Any]:
+    """The JSON object from SM_HP_MP_PARAMETERS (set by the toolkit), else from the --mp_parameters flag."""
+    text = environ.get("SM_HP_MP_PARAMETERS") or platform.mp_parameters
+    if not text:
+        return {}
+    try:
+        parameters = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ConfigurationError(f"mp_parameters is not valid JSON ({error}): {text!r}") from None
+    if not isinstance(parameters, dict):
+        raise ConfigurationError(f"mp_parameters must be a JSON object, got {text!r}")
+    return parameters
+
+
+def parse_layout(parameters: Mapping[str, Any]) -> ParallelLayout:
+    keys = set(parameters)
+    v1_keys, v2_keys = keys & SMP_V1_ONLY_KEYS, keys & SMP_V2_ONLY_KEYS
+    if v1_keys and v2_keys:
+        raise ConfigurationError(
+            f"mp_parameters mixes SMP v1 keys ({', '.join(sorted(v1_keys))}) and SMP v2 keys "
+            f"({', '.join(sorted(v2_keys))}); use the keys of one library version"
+        )
+    version = "v1" if v1_keys else "v2" if v2_keys else None
+    pipeline = _integer(parameters, "partitions", _integer(parameters, "pipeline_parallel_degree", 1))
+    return ParallelLayout(
+        smp_version=version,
+        parameters=dict(parameters),
+        tensor_parallel_degree=max(1, _integer(parameters, "tensor_parallel_degree", 1)),
+        pipeline_parallel_degree=max(1, pipeline),
+        microbatches=max(1, _integer(parameters, "microbatches", 1)),
+        sharded_data_parallel_degree=max(1, _integer(parameters, "sharded_data_parallel_degree", 1)),
+        hybrid_shard_degree=_integer(parameters, "hybrid_shard_degree", 0),
+        ddp=bool(_flag(parameters, "ddp")),
+        fp16=_flag(parameters, "fp16"),
+        bf16=_flag(parameters, "bf16"),
+        prescaled_batch=bool(_flag(parameters, "prescaled_batch")),
+        activation_offloading=bool(_flag(parameters, "sm_activation_offloading")),
+    )
+
+
+def world_size_from_environment(environ: Mapping[str, str]) -> int:
+    """Processes in the job: torchrun sets WORLD_SIZE, Open MPI (the SMP v1 launcher) OMPI_COMM_WORLD_SIZE."""
+    for key in ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"):
+        if environ.get(key):
+            return int(environ[key])
+    return 1
+
+
+def library_importable(module: str) -> bool:
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
+def resolve_backend(
+    requested: str, layout: ParallelLayout, importable: Callable[[str], bool] = library_importable
+) -> tuple[str, str | None]:
+    """The backend to run and, when auto falls back to plain PyTorch despite mp_parameters, a note saying why.
+
+    An explicit backend is returned as asked; its library is imported (and its absence reported) when it starts.
+    """
+    if requested != "auto":
+        return requested, None
+    if layout.smp_version in ("v1", None) and layout.parameters and importable(SMP_V1_MODULE):
+        return "smp_v1", None
+    if layout.smp_version in ("v2", None) and layout.parameters and importable(SMP_V2_MODULE):
+        return "smp_v2", None
+    if layout.parameters:
+        module = SMP_V2_MODULE if layout.smp_version == "v2" else SMP_V1_MODULE
+        return "torch", (
+            f"mp_parameters is set but {module} is not importable here: running plain PyTorch "
+            "(the SMP layout is ignored). Use the SMP container, or --backend to insist."
+        )
+    return "torch", None
+
+
+def resolve_precision(hp: Hyperparameters, layout: ParallelLayout, backend: str) -> str:
+    """fp32, fp16 or bf16. Under SMP v1 the flags and mp_parameters fp16/bf16 must agree where both are given."""
+    fp16, bf16 = hp.fp16, hp.bf16
+    if backend == "smp_v1":
+        for name, flag, smp_value in (("fp16", hp.fp16, layout.fp16), ("bf16", hp.bf16, layout.bf16)):
+            if flag and smp_value is False:
+                raise ConfigurationError(
+                    f"--{name} is true but mp_parameters sets {name}=false; SMP reads precision from mp_parameters, "
+                    f"so set {name} in one place"
+                )
+        fp16, bf16 = fp16 or bool(layout.fp16), bf16 or bool(layout.bf16)
+    if fp16 and bf16:
+        raise ConfigurationError(
+            "fp16 and bf16 are both enabled (flags or mp_parameters): choose one mixed-precision type"
+        )
+    return "fp16" if fp16 else "bf16" if bf16 else "fp32"
+
+
+def check_layout(hp: Hyperparameters, layout: ParallelLayout, backend: str, world_size: int) -> None:
+    """Layout problems that would otherwise surface minutes into the job, or as a hang."""
+    if backend == "smp_v1":
+        tp, pp = layout.tensor_parallel_degree, layout.pipeline_parallel_degree
+        if world_size % (tp * pp):
+            raise ConfigurationError(
+                f"tensor_parallel_degree ({tp}) x pipeline_parallel_degree ({pp}) = {tp * pp} does not divide the "
+                f"world size {world_size} (processes); choose mp_parameters degrees whose product divides "
+                f"{world_size}"
+            )
+        if tp > 1 and not layout.ddp:
+            raise ConfigurationError(
+                f"mp_parameters tensor_parallel_degree is {tp} but ddp is not true; SMP v1 requires ddp=true "
+                "for tensor parallelism"
+            )
+        for name in ("train_batch_size", "val_batch_size"):
+            batch = getattr(hp, name)
+            if batch % layout.microbatches:
+                raise ConfigurationError(
+                    f"--{name} ({batch}) is not divisible by mp_parameters microbatches ({layout.microbatches}); "
+                    f"use a multiple of {layout.microbatches}"
+                )
+        if hp.pretrained_dir and layout.parameters.get("delayed_parameter_initialization"):
+            raise ConfigurationError(
+                "mp_parameters delayed_parameter_initialization is true while fine-tuning --pretrained_dir: SMP then "
+                "initializes the weights after partitioning, over the loaded ones. Remove it when fine-tuning (the "
+                "GPT-J tensor-parallel reference loads pretrained weights without it)"
+            )
+        if layout.sharded_data_parallel_degree > 1:
+            raise ConfigurationError(
+                f"mp_parameters sharded_data_parallel_degree is {layout.sharded_data_parallel_degree}: SMP v1 "
+                "cannot save a full model under sharded data parallelism (it writes partial shards only), and this "
+                "pipeline needs the final model in HF format. Use tensor_parallel_degree / shard_optimizer_state, "
+                "or SMP v2 hybrid sharding"
+            )
+    elif backend == "smp_v2":
+        tp = layout.tensor_parallel_degree
+        if world_size % tp:
+            raise ConfigurationError(
+                f"mp_parameters tensor_parallel_degree ({tp}) does not divide the world size {world_size}"
+            )
+        if layout.hybrid_shard_degree and world_size % layout.hybrid_shard_degree:
+            raise ConfigurationError(
+                f"mp_parameters hybrid_shard_degree ({layout.hybrid_shard_degree}) does not divide the world size "
+                f"{world_size}"
+            )
+        if hp.fp16:
+            raise ConfigurationError("--fp16 is not supported with SMP v2 (FSDP): use --bf16")
+
+
+def check_model_for_layout(model_type: str, layout: ParallelLayout, backend: str) -> None:
+    tensor_parallel = backend == "smp_v2" and layout.tensor_parallel_degree > 1
+    if tensor_parallel and model_type not in SMP_V2_TENSOR_PARALLEL_MODEL_TYPES:
+        raise ConfigurationError(
+            f"SMP v2 has no tensor parallelism for model type {model_type!r} (mp_parameters "
+            f"tensor_parallel_degree={layout.tensor_parallel_degree}); it supports "
+            f"{', '.join(sorted(SMP_V2_TENSOR_PARALLEL_MODEL_TYPES))}. Set tensor_parallel_degree to 1 and "
+            "shard with hybrid_shard_degree, or use SMP v1 for GPT-J tensor parallelism"
+        )
