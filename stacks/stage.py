@@ -7,6 +7,7 @@ from typing import Any
 from aws_cdk import Environment, Stage, Tags
 from constructs import Construct
 
+from stacks.artifacts_stack import ArtifactsStack
 from stacks.catalog import images
 from stacks.config import PlatformConfig
 from stacks.storage_stack import StorageStack
@@ -38,6 +39,16 @@ class PlatformStage(Stage):
             stage=stage,
             training_images=[images.smp_v1_training_image(stage.region)],
             serving_images=[images.deepspeed_serving_image(stage.region)],
+        )
+
+        self.artifacts = ArtifactsStack(
+            self,
+            "Artifacts",
+            stack_name=f"{prefix}-artifacts",
+            description=f"{config.project} {stage_name}: training and inference code packaged for SageMaker",
+            bucket=self.storage.artifacts_bucket,
+            encryption_key=self.storage.key,
+            engine="deepspeed",
         )
 
         for key, value in config.stage_tags(stage_name).items():

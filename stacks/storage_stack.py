@@ -17,6 +17,8 @@ from stacks.constructs.secure_bucket import secure_bucket
 
 # Server access logs are kept this long: long enough for a security investigation, not forever.
 ACCESS_LOG_RETENTION = Duration.days(365)
+# Superseded code archives stay this long: longer than SageMaker's maximum training job run time (28 days).
+SUPERSEDED_CODE_GRACE = Duration.days(35)
 
 
 class StorageStack(Stack):
@@ -83,8 +85,23 @@ class StorageStack(Stack):
         buckets = {"encryption_key": self.key, "access_logs": self.access_logs, "removal_policy": removal}
         self.data_bucket = secure_bucket(self, "Data", versioned=True, **buckets)
         self.models_bucket = secure_bucket(self, "Models", versioned=True, **buckets)
-        # Code archives are content-addressed and never overwritten, so versions would only add cost.
-        self.artifacts_bucket = secure_bucket(self, "Artifacts", versioned=False, **buckets)
+        # Code archives are content-addressed and never overwritten, so versions would only add cost. An archive
+        # no stack uses any more is tagged superseded (never deleted at once: a rollback or a running job may
+        # still need it) and expires after a grace period longer than the longest training job (28 days).
+        self.artifacts_bucket = secure_bucket(
+            self,
+            "Artifacts",
+            versioned=False,
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    id="expire-superseded-code",
+                    prefix=layout.CODE,
+                    tag_filters={"superseded": "true"},
+                    expiration=SUPERSEDED_CODE_GRACE,
+                )
+            ],
+            **buckets,
+        )
 
         # Training and processing jobs: read raw data and code, prepare and evaluate data, read pretrained weights,
         # write checkpoints (SageMaker syncs deletions) and the fine-tuned weights.

@@ -10,6 +10,9 @@ import pytest
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
+# In-process synths skip the CDK's built-in template validation (1-2 s each); cfn-lint checks every template
+# instead, and tests that run app.py in a subprocess turn it back on.
+os.environ.setdefault("CDK_VALIDATION", "false")
 
 from tests.cdk_assembly import REPO, Assembly, synthesize
 

@@ -16,7 +16,7 @@ from tests.cdk_assembly import REPO, cdk_context, synthesize
 def run_app(outdir: Path, **context: str) -> subprocess.CompletedProcess:
     """Run app.py the way the CDK CLI does: context in CDK_CONTEXT_JSON, output dir in CDK_OUTDIR."""
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k != "CDK_VALIDATION"},
         "CDK_CONTEXT_JSON": json.dumps({**cdk_context(), **context}),
         "CDK_OUTDIR": str(outdir),
         # No credentials and no way out: synthesis must not need either.
@@ -32,7 +32,12 @@ def run_app(outdir: Path, **context: str) -> subprocess.CompletedProcess:
 def test_synthesis_is_byte_identical_across_processes_and_needs_no_network(assembly, tmp_path):
     result = run_app(tmp_path / "again")
     assert result.returncode == 0, result.stderr
-    templates = sorted(p.relative_to(tmp_path / "again") for p in (tmp_path / "again").rglob("*.json"))
+    # The CDK's own template validation runs in app.py (not in the in-process synth); its report is not compared.
+    templates = sorted(
+        p.relative_to(tmp_path / "again")
+        for p in (tmp_path / "again").rglob("*.json")
+        if p.name != "validation-report.json"
+    )
     assert templates
     mismatched = [
         str(t) for t in templates if (assembly.outdir / t).read_bytes() != (tmp_path / "again" / t).read_bytes()
