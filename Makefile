@@ -25,13 +25,14 @@ export CDK_HOME := $(CURDIR)/.cdk-home
 export SAGEMAKER_SUPPRESS_V2_WARNING := 1
 export DS_ACCELERATOR := cpu
 
-.PHONY: help synth deploy diff test lint format clean local-serve
+.PHONY: help synth deploy diff destroy test lint format clean local-serve
 
 help:
 	@echo "make synth                 set up, synthesize every stage offline, print the plan"
 	@echo "make test                  set up (dev tools too) and run every test"
 	@echo "make deploy STAGE=dev      cdk deploy one stage's stacks into your account"
 	@echo "make diff STAGE=staging    cdk diff one stage against what is deployed"
+	@echo "make destroy STAGE=dev [STACK=Serving]  delete a stage's stacks (or one); retained data and keys stay"
 	@echo "make local-serve           serve the inference handler on 127.0.0.1:\$$PORT (MODEL=dir|s3://..., default a tiny GPT-J)"
 	@echo "options: CONFIG=path/to/config.yaml (default $(CONFIG)), STAGE=name (default: all stages)"
 
@@ -65,6 +66,10 @@ deploy: $(VENV)/.synth-deps node_modules/.installed
 diff: $(VENV)/.synth-deps node_modules/.installed
 	@test -n "$(STAGE)" || { echo "usage: make diff STAGE=<stage>  (a stage of $(CONFIG))"; exit 2; }
 	$(CDK) diff "$(STAGE)/*" $(CDK_CONTEXT)
+
+destroy: $(VENV)/.synth-deps node_modules/.installed
+	@test -n "$(STAGE)" || { echo "usage: make destroy STAGE=<stage> [STACK=Serving]"; exit 2; }
+	$(CDK) destroy "$(STAGE)/$(or $(STACK),*)" $(CDK_CONTEXT)
 
 # --- local runs of the code that runs in SageMaker ---------------------------------------------------------------
 

@@ -21,11 +21,14 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    StringConstraints,
     ValidationError,
     model_validator,
 )
 
+from stacks import sizing
 from stacks.catalog.instances import INSTANCE_TYPES
+from stacks.catalog.models import MODELS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO_ROOT / "config" / "default.yaml"
@@ -113,6 +116,188 @@ class _Strict(BaseModel):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Serving: one LMI endpoint per stage.
+
+
+def _check_model(value: str) -> str:
+    if value not in MODELS:
+        close = difflib.get_close_matches(value, MODELS, n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise ValueError(f"not a known model; {hint}known: {', '.join(MODELS)}")
+    return value
+
+
+ModelName = Annotated[str, AfterValidator(_check_model)]
+S3Prefix = Annotated[str, StringConstraints(pattern=r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]/(.+/)?$")]
+TimeoutSeconds = Annotated[int, Field(ge=60, le=3600)]
+
+
+class WeightsConfig(_Strict):
+    """Where the served weights come from. Nothing is looked up at synth: an S3 location is fixed here, and a
+    model package is read at deploy time."""
+
+    source: Literal["pretrained", "s3", "model_package"] = Field(
+        default="pretrained",
+        description="'pretrained': the stage's staged copy of the model's Hugging Face weights "
+        "(models bucket, pretrained/<model>/); 's3': the prefix in s3_uri; 'model_package': the weights of the "
+        "registered model package model_package_arn (e.g. the version approved for this stage)",
+    )
+    s3_uri: S3Prefix | None = Field(default=None, description="for source 's3': s3://bucket/prefix/ of an HF folder")
+    model_package_arn: str | None = Field(
+        default=None,
+        pattern=r"^arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:model-package/[A-Za-z0-9-]{1,63}/\d+$",
+        description="for source 'model_package': arn:aws:sagemaker:<region>:<account>:model-package/<group>/<version>",
+    )
+
+    @model_validator(mode="after")
+    def _one_location(self) -> WeightsConfig:
+        wanted = {"pretrained": None, "s3": "s3_uri", "model_package": "model_package_arn"}[self.source]
+        for name in ("s3_uri", "model_package_arn"):
+            given = getattr(self, name) is not None
+            if name == wanted and not given:
+                raise ValueError(f"source {self.source!r} needs {name}")
+            if name != wanted and given:
+                raise ValueError(f"{name} is only used with source {'s3' if name == 's3_uri' else 'model_package'!r}")
+        return self
+
+
+class AutoscalingConfig(_Strict):
+    """Target tracking on invocations per instance."""
+
+    min_instances: int = Field(default=1, ge=1, description="never fewer instances (an idle endpoint still bills)")
+    max_instances: int = Field(default=1, ge=1, description="never more instances")
+    invocations_per_instance_per_minute: int = Field(
+        default=60, ge=1, description="scale out above this many invocations per instance per minute"
+    )
+    scale_out_cooldown_seconds: int = Field(default=300, ge=0, description="wait after adding instances")
+    scale_in_cooldown_seconds: int = Field(default=900, ge=0, description="wait after removing instances")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> AutoscalingConfig:
+        if self.min_instances > self.max_instances:
+            raise ValueError(f"min_instances {self.min_instances} is above max_instances {self.max_instances}")
+        return self
+
+
+class AlarmsConfig(_Strict):
+    """CloudWatch alarms on the endpoint; they also roll back a deployment that trips them."""
+
+    latency_p90_seconds: float = Field(default=30.0, gt=0, description="model latency, 90th percentile")
+    error_5xx_per_minute: int = Field(default=1, ge=1, description="invocation 5XX errors per minute")
+    gpu_memory_percent: float = Field(default=95.0, gt=0, le=100, description="GPU memory utilization, any instance")
+    disk_percent: float = Field(default=90.0, gt=0, le=100, description="disk utilization, any instance")
+    emails: list[Annotated[str, StringConstraints(pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")]] = Field(
+        default_factory=list, description="addresses subscribed to the alarm topic"
+    )
+
+
+class DeploymentConfig(_Strict):
+    """How an endpoint update shifts traffic to the new fleet (blue/green), with automatic rollback on the alarms."""
+
+    traffic: Literal["all_at_once", "canary", "linear"] = "all_at_once"
+    step_percent: int = Field(default=25, ge=1, le=50, description="canary size or linear step, % of capacity")
+    wait_seconds: int = Field(default=600, ge=0, le=3600, description="baking time between steps")
+    termination_wait_seconds: int = Field(default=600, ge=0, le=3600, description="old fleet kept after the switch")
+
+
+class ServingConfig(_Strict):
+    """The stage's LMI endpoint: which model, how it is sharded, on what, and how it is run."""
+
+    engine: Literal["deepspeed", "vllm"] = Field(
+        default="deepspeed",
+        description="'deepspeed': LMI 0.27.0 with model_artifacts/deepspeed; 'vllm': the current LMI image",
+    )
+    model: ModelName = Field(default="gpt-j-6b", description="a model of stacks/catalog/models.py")
+    dtype: Literal["fp16", "bf16", "int8"] = Field(default="fp16", description="weights precision on the GPUs")
+    tensor_parallel_degree: int = Field(default=1, ge=1, description="GPUs one model copy is sharded over")
+    instance_type: InstanceTypeName = "ml.g5.2xlarge"
+    weights: WeightsConfig = Field(default_factory=WeightsConfig)
+    max_new_tokens: int = Field(default=256, ge=1, description="cap on new tokens per request")
+    max_batch_size: int = Field(default=4, ge=1, description="prompts per request (deepspeed) or running sequences")
+    startup_timeout_seconds: TimeoutSeconds | None = Field(
+        default=None, description="container start-up health check; default sized from the weights to download"
+    )
+    download_timeout_seconds: TimeoutSeconds = Field(
+        default=600, description="download of model.tar.gz (the code; the weights download at start-up)"
+    )
+    volume_size_gib: int | None = Field(
+        default=None, ge=1, le=512, description="EBS volume; only on instance types without local NVMe storage"
+    )
+    data_capture_percent: int | None = Field(
+        default=None, ge=1, le=100, description="capture this % of requests and responses to the data bucket"
+    )
+    routing: Literal["least_outstanding_requests", "random"] = "least_outstanding_requests"
+    autoscaling: AutoscalingConfig = Field(default_factory=AutoscalingConfig)
+    alarms: AlarmsConfig = Field(default_factory=AlarmsConfig)
+    deployment: DeploymentConfig = Field(default_factory=DeploymentConfig)
+
+    @property
+    def catalog_model(self):
+        return MODELS[self.model]
+
+    @property
+    def catalog_instance(self):
+        return INSTANCE_TYPES[self.instance_type]
+
+    def fit(self) -> sizing.ServingFit:
+        model = self.catalog_model
+        return sizing.serving_fit(
+            model,
+            self.dtype,
+            self.tensor_parallel_degree,
+            self.catalog_instance,
+            batch_size=self.max_batch_size,
+            tokens=model.context_tokens,
+        )
+
+    @property
+    def startup_timeout(self) -> int:
+        return self.startup_timeout_seconds or sizing.startup_timeout_seconds(self.catalog_model, self.dtype)
+
+    @model_validator(mode="after")
+    def _check_model_fits_instance(self) -> ServingConfig:
+        model, instance, tp = self.catalog_model, self.catalog_instance, self.tensor_parallel_degree
+        where = f"{self.instance_type} ({instance.gpus})"
+        if tp > instance.gpu_count or instance.gpu_count % tp:
+            options = [d for d in range(1, instance.gpu_count + 1) if instance.gpu_count % d == 0]
+            raise ValueError(
+                f"tensor_parallel_degree {tp} must divide the {instance.gpu_count} GPU(s) of {self.instance_type}; "
+                f"use one of {options}"
+            )
+        if model.attention_heads % tp:
+            raise ValueError(
+                f"tensor_parallel_degree {tp} does not divide the {model.attention_heads} attention heads of "
+                f"{self.model}; use a divisor of {model.attention_heads}"
+            )
+        if self.dtype == "bf16" and not instance.gpu.bf16:
+            raise ValueError(f"dtype bf16 needs Ampere or newer GPUs; {instance.gpu.model} has none: use fp16")
+        if self.dtype == "int8" and self.engine != "deepspeed":
+            raise ValueError("dtype int8 is DeepSpeed's kernel-injected int8; with engine vllm use fp16 or bf16")
+        if self.dtype == "int8" and not model.deepspeed_kernels:
+            raise ValueError(f"dtype int8 needs DeepSpeed kernel injection, which has no policy for {self.model}")
+        if self.volume_size_gib is not None and not instance.volume_size_supported:
+            raise ValueError(
+                f"volume_size_gib: {self.instance_type} has instance-local NVMe storage and takes no EBS volume; "
+                "remove volume_size_gib"
+            )
+        fit = self.fit()
+        if not fit.fits:
+            suggestion = sizing.suggest_serving(
+                model, self.dtype, instance, batch_size=self.max_batch_size, tokens=model.context_tokens
+            )
+            raise ValueError(
+                f"{self.model} {self.dtype} with tensor_parallel_degree {tp} does not fit {where}: needs "
+                f"{fit.describe()}; {suggestion}"
+            )
+        if self.max_new_tokens >= model.context_tokens:
+            raise ValueError(
+                f"max_new_tokens {self.max_new_tokens} leaves no room for a prompt in the {model.context_tokens}-token "
+                f"context of {self.model}"
+            )
+        return self
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # The configuration.
 
 
@@ -130,6 +315,7 @@ class StageConfig(_Strict):
         "'retain' keeps them; 'destroy' deletes them and empties the buckets first (dev only)",
     )
     tags: Tags = Field(default_factory=dict, description="tags on every resource of this stage")
+    serving: ServingConfig = Field(default_factory=ServingConfig, description="the stage's inference endpoint")
 
 
 class PlatformConfig(_Strict):

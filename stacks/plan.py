@@ -12,7 +12,7 @@ import collections
 import json
 from pathlib import Path
 
-from stacks.config import DEFAULT_CONFIG, ConfigError, PlatformConfig, StageConfig, load_config
+from stacks.config import DEFAULT_CONFIG, ConfigError, PlatformConfig, ServingConfig, StageConfig, load_config
 
 
 def stage_stacks(assembly: Path, stage: str) -> list[tuple[str, dict]]:
@@ -49,12 +49,51 @@ def describe_stage(name: str, stage: StageConfig) -> str:
     return f"{name}: {account}, {stage.region}; data and key {data}"
 
 
+def describe_serving(serving: ServingConfig) -> list[str]:
+    """The endpoint: what runs where, whether it fits, how long it may take to start, what it costs."""
+    instance, model, fit = serving.catalog_instance, serving.catalog_model, serving.fit()
+    scaling = serving.autoscaling
+    count = (
+        f"{scaling.min_instances}"
+        if scaling.min_instances == scaling.max_instances
+        else f"{scaling.min_instances}-{scaling.max_instances}"
+    )
+    low, high = (instance.hourly_usd * n for n in (scaling.min_instances, scaling.max_instances))
+    cost = (
+        f"${low:,.2f}/h"
+        if low == high
+        else f"${low:,.2f}/h at {scaling.min_instances}, ${high:,.2f}/h at {scaling.max_instances}"
+    )
+    copies = fit.copies_per_instance
+    return [
+        f"  endpoint: {count} x {serving.instance_type} ({instance.gpus}), engine {serving.engine}",
+        f"    model {serving.model} ({model.billions:.1f} B parameters) in {serving.dtype}, tensor parallel "
+        f"{serving.tensor_parallel_degree}, {copies} {'copy' if copies == 1 else 'copies'} per instance",
+        f"    memory per GPU: {fit.describe()}",
+        f"    timeouts: start-up health check {serving.startup_timeout} s, code download "
+        f"{serving.download_timeout_seconds} s",
+        f"    weights: {describe_weights(serving)}",
+        f"    cost: {cost} (reference on-demand price)",
+    ]
+
+
+def describe_weights(serving: ServingConfig) -> str:
+    weights = serving.weights
+    if weights.source == "pretrained":
+        return f"the staged pretrained copy (models bucket, pretrained/{serving.model}/)"
+    if weights.source == "s3":
+        return weights.s3_uri
+    return f"model package {weights.model_package_arn} (read at deploy time)"
+
+
 def render(config: PlatformConfig, assembly: Path) -> str:
     lines = [f"Plan for {config.project}: {len(config.stages)} stage(s), in promotion order", ""]
     for name, stage in config.stages.items():
         lines.append(describe_stage(name, stage))
+        lines += describe_serving(stage.serving)
+        lines.append("  stacks:")
         for stack_name, template in stage_stacks(assembly, name):
-            lines.append(f"  {stack_name:<34} {resource_summary(template)}")
+            lines.append(f"    {stack_name:<32} {resource_summary(template)}")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 

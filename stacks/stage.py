@@ -7,9 +7,11 @@ from typing import Any
 from aws_cdk import Environment, Stage, Tags
 from constructs import Construct
 
+from stacks import serving_properties
 from stacks.artifacts_stack import ArtifactsStack
 from stacks.catalog import images
 from stacks.config import PlatformConfig
+from stacks.serving_stack import ServingStack
 from stacks.storage_stack import StorageStack
 
 
@@ -30,6 +32,7 @@ class PlatformStage(Stage):
         stage = config.stages[stage_name]
         super().__init__(scope, construct_id, env=Environment(account=stage.account, region=stage.region), **kwargs)
         prefix = f"{config.project}-{stage_name}"
+        serving_image = images.serving_image(stage.region, stage.serving.engine)
 
         self.storage = StorageStack(
             self,
@@ -38,7 +41,7 @@ class PlatformStage(Stage):
             description=f"{config.project} {stage_name}: KMS key, buckets and SageMaker execution roles",
             stage=stage,
             training_images=[images.smp_v1_training_image(stage.region)],
-            serving_images=[images.deepspeed_serving_image(stage.region)],
+            serving_images=[serving_image],
         )
 
         self.artifacts = ArtifactsStack(
@@ -48,7 +51,23 @@ class PlatformStage(Stage):
             description=f"{config.project} {stage_name}: training and inference code packaged for SageMaker",
             bucket=self.storage.artifacts_bucket,
             encryption_key=self.storage.key,
-            engine="deepspeed",
+            engine=stage.serving.engine,
+            serving_properties=serving_properties.render(stage.serving, stage_name=stage_name),
+        )
+
+        self.serving = ServingStack(
+            self,
+            "Serving",
+            stack_name=f"{prefix}-serving",
+            description=f"{config.project} {stage_name}: LMI endpoint for {stage.serving.model}",
+            serving=stage.serving,
+            endpoint_name=prefix,
+            image_uri=serving_image,
+            code_uri=self.artifacts.inference_code.s3_uri,
+            hosting_role=self.storage.hosting_role.role,
+            models_bucket=self.storage.models_bucket,
+            data_bucket=self.storage.data_bucket,
+            encryption_key=self.storage.key,
         )
 
         for key, value in config.stage_tags(stage_name).items():

@@ -78,5 +78,18 @@ def test_plan_lists_each_stage_with_its_stacks_and_resource_counts(assembly):
     assert "dev: the deploying credentials' account, us-east-1; data and key deleted with the stack" in plan
     assert "prod: the deploying credentials' account, us-east-1; data and key kept when the stack is deleted" in plan
     for stage in ["dev", "staging", "prod"]:
-        assert f"llm-platform-{stage}-storage" in plan
+        for stack in ["storage", "artifacts", "serving"]:
+            assert f"llm-platform-{stage}-{stack}" in plan
     assert "4 S3::Bucket" in plan and "1 KMS::Key" in plan
+    assert "  endpoint: 2-6 x ml.g5.2xlarge (1 x A10G 24 GB), engine deepspeed" in plan
+    assert "    model gpt-j-6b (6.1 B parameters) in fp16, tensor parallel 1, 1 copy per instance" in plan
+    assert "    memory per GPU: 16.8 GiB of 21.6 GiB usable per GPU (weights 11.3 + KV cache 3.5 + runtime 2.0)" in plan
+    assert "    cost: $3.03/h at 2, $9.09/h at 6 (reference on-demand price)" in plan
+
+
+def test_plan_shows_copies_per_instance_when_tensor_parallelism_leaves_gpus(tmp_path):
+    from stacks.config import ServingConfig
+    from stacks.plan import describe_serving
+
+    lines = describe_serving(ServingConfig(model="gpt-j-6b", tensor_parallel_degree=2, instance_type="ml.g5.12xlarge"))
+    assert "tensor parallel 2, 2 copies per instance" in lines[1]

@@ -17,6 +17,9 @@ SMP_V1_PYTORCH_VERSION = "1.13.1"
 SMP_V1_PY_VERSION = "py39"
 # The last LMI image with the DeepSpeed engine; research/lmi_serving.md §3.
 DEEPSPEED_LMI_VERSION = "0.27.0"
+# Current LMI for the vLLM engine: 0.35.0 (LMI 17, CUDA 12.8) is the first where async vLLM mode is the default,
+# which model_artifacts/vllm/serving.properties uses; 0.36+ need CUDA 13 drivers on the host.
+VLLM_LMI_VERSION = "0.35.0"
 
 
 @cache
@@ -41,9 +44,13 @@ def smp_v1_training_image(region: str) -> str:
     )
 
 
-def deepspeed_serving_image(region: str) -> str:
-    """The LMI image with the DeepSpeed engine (djl-inference 0.27.0, DeepSpeed 0.12.6)."""
-    return _retrieve(framework="djl-deepspeed", region=region, version=DEEPSPEED_LMI_VERSION)
+def serving_image(region: str, engine: str) -> str:
+    """The LMI image for an engine: 'deepspeed' (djl-inference 0.27.0, DeepSpeed 0.12.6) or 'vllm' (current LMI)."""
+    if engine == "deepspeed":
+        return _retrieve(framework="djl-deepspeed", region=region, version=DEEPSPEED_LMI_VERSION)
+    if engine == "vllm":
+        return _retrieve(framework="djl-lmi", region=region, version=VLLM_LMI_VERSION)
+    raise ValueError(f"unknown serving engine {engine!r}; expected deepspeed or vllm")
 
 
 @dataclass(frozen=True)

@@ -30,19 +30,24 @@ class InstanceType:
     hourly_usd: float
 
     @property
+    def gpus(self) -> str:
+        """`8 x A100 40 GB`"""
+        return f"{self.gpu_count} x {self.gpu.model} {self.gpu.memory_gib} GB"
+
+    @property
     def total_gpu_memory_gib(self) -> int:
         return self.gpu.memory_gib * self.gpu_count
 
 
-V100_16 = Gpu("V100 16GB", 16, bf16=False)
-V100_32 = Gpu("V100 32GB", 32, bf16=False)
+V100_16 = Gpu("V100", 16, bf16=False)
+V100_32 = Gpu("V100", 32, bf16=False)
 T4 = Gpu("T4", 16, bf16=False)
 A10G = Gpu("A10G", 24, bf16=True)
 L4 = Gpu("L4", 24, bf16=True)
 L40S = Gpu("L40S", 48, bf16=True)
-A100_40 = Gpu("A100 40GB", 40, bf16=True)
-A100_80 = Gpu("A100 80GB", 80, bf16=True)
-H100 = Gpu("H100 80GB", 80, bf16=True)
+A100_40 = Gpu("A100", 40, bf16=True)
+A100_80 = Gpu("A100", 80, bf16=True)
+H100 = Gpu("H100", 80, bf16=True)
 
 
 def _family(prefix: str, gpu: Gpu, sizes: dict[str, tuple[int, float]], *, volume: bool, efa_sizes: set[str]):

@@ -1,0 +1,113 @@
+"""Serving config: the seed's sizing cases come out right; every impossible endpoint fails at load with numbers."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from stacks.config import ServingConfig, load_config
+from tests.cdk_assembly import REPO
+
+
+def serving(**fields) -> ServingConfig:
+    return ServingConfig.model_validate(fields)
+
+
+# The LMI DeepSpeed reference's cases.
+ACCEPTED = [
+    ("BLOOM-176B int8 TP 8 on p4d", dict(model="bloom-176b", dtype="int8", tensor_parallel_degree=8, instance_type="ml.p4d.24xlarge")),
+    ("BLOOM-176B fp16 TP 8 on p4de", dict(model="bloom-176b", dtype="fp16", tensor_parallel_degree=8, instance_type="ml.p4de.24xlarge")),
+    ("OPT-30B fp16 TP 4 on g5.24xlarge", dict(model="opt-30b", dtype="fp16", tensor_parallel_degree=4, instance_type="ml.g5.24xlarge")),
+    ("GPT-J fp16 on g5.2xlarge", dict(model="gpt-j-6b", dtype="fp16", instance_type="ml.g5.2xlarge")),
+    ("GPT-J fp16 TP 2 on g5.12xlarge: 2 copies", dict(model="gpt-j-6b", tensor_parallel_degree=2, instance_type="ml.g5.12xlarge")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("fields", [row[1] for row in ACCEPTED], ids=[row[0] for row in ACCEPTED])
+def test_accepts_the_reference_setups(fields):
+    assert serving(**fields).fit().fits
+
+
+def test_tensor_parallel_below_the_gpu_count_runs_several_copies_per_instance():
+    assert (
+        serving(model="gpt-j-6b", tensor_parallel_degree=2, instance_type="ml.g5.12xlarge").fit().copies_per_instance
+        == 2
+    )
+    assert (
+        serving(model="bloom-176b", dtype="int8", tensor_parallel_degree=8, instance_type="ml.p4d.24xlarge")
+        .fit()
+        .copies_per_instance
+        == 1
+    )
+
+
+REJECTED = [
+    ("BLOOM-176B fp16 on p4d", dict(model="bloom-176b", dtype="fp16", tensor_parallel_degree=8, instance_type="ml.p4d.24xlarge"),
+     r"does not fit ml\.p4d\.24xlarge \(8 x A100 40 GB\): needs 46\.9 GiB of 36\.0 GiB usable per GPU \(weights 41\.0.*dtype int8 with tensor_parallel_degree 8 fits"),
+    ("OPT-30B on one A10G", dict(model="opt-30b", instance_type="ml.g5.2xlarge"),
+     r"does not fit ml\.g5\.2xlarge.*the cheapest instance type where fp16 fits is ml\.g6\.12xlarge with tensor_parallel_degree 4"),
+    ("GPT-J TP 1 of 4 GPUs too small a shard? no: TP larger than GPUs", dict(model="gpt-j-6b", tensor_parallel_degree=2, instance_type="ml.g5.2xlarge"),
+     r"tensor_parallel_degree 2 must divide the 1 GPU\(s\) of ml\.g5\.2xlarge; use one of \[1\]"),
+    ("TP not dividing the GPUs", dict(model="gpt-j-6b", tensor_parallel_degree=3, instance_type="ml.p4d.24xlarge"),
+     r"tensor_parallel_degree 3 must divide the 8 GPU\(s\) of ml\.p4d\.24xlarge; use one of \[1, 2, 4, 8\]"),
+    ("bf16 on a GPU without it", dict(model="gpt-j-6b", dtype="bf16", instance_type="ml.g4dn.12xlarge", tensor_parallel_degree=4),
+     r"dtype bf16 needs Ampere or newer GPUs; T4 has none"),
+    ("int8 with vLLM", dict(engine="vllm", model="gpt-j-6b", dtype="int8"), r"int8 is DeepSpeed's kernel-injected int8"),
+    ("EBS volume on local NVMe", dict(model="gpt-j-6b", volume_size_gib=100), r"ml\.g5\.2xlarge has instance-local NVMe storage"),
+    ("volume too large", dict(model="gpt-j-6b", instance_type="ml.p3.16xlarge", volume_size_gib=600), r"less than or equal to 512"),
+    ("start-up timeout above SageMaker's maximum", dict(startup_timeout_seconds=7200), r"less than or equal to 3600"),
+    ("download timeout below the minimum", dict(download_timeout_seconds=30), r"greater than or equal to 60"),
+    ("unknown model", dict(model="gpt-j-7b"), r"not a known model; did you mean gpt-j-6b"),
+    ("unknown instance type", dict(instance_type="ml.g5.3xlarge"), r"not a supported GPU instance type"),
+    ("min above max instances", dict(autoscaling={"min_instances": 3, "max_instances": 2}), r"min_instances 3 is above max_instances 2"),
+    ("zero instances", dict(autoscaling={"min_instances": 0}), r"greater than or equal to 1"),
+    ("s3 weights without a URI", dict(weights={"source": "s3"}), r"source 's3' needs s3_uri"),
+    ("s3 URI not a prefix", dict(weights={"source": "s3", "s3_uri": "s3://bucket/model.tar.gz"}), r"should match pattern"),
+    ("model package ARN with pretrained", dict(weights={"model_package_arn": "arn:aws:sagemaker:us-east-1:111111111111:model-package/llm/3"}), r"model_package_arn is only used with source 'model_package'"),
+    ("max_new_tokens filling the context", dict(max_new_tokens=2048), r"leaves no room for a prompt in the 2048-token context"),
+    ("unknown key", dict(tensor_parallel=2), r"Extra inputs are not permitted"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("fields", "message"), [(r[1], r[2]) for r in REJECTED], ids=[r[0] for r in REJECTED])
+def test_rejects_endpoints_that_cannot_work(fields, message):
+    with pytest.raises(ValidationError, match=message):
+        serving(**fields)
+
+
+def test_rejects_tensor_parallel_degree_not_dividing_the_heads(monkeypatch):
+    # Every catalog model's head count divides 8; the SMP reference's GPT-J "xl" shape (25 heads) does not.
+    from stacks.catalog import models
+
+    xl = models.Model("gpt-j-xl", "-", "gptj", 1_500_000_000, 48, 1600, 25, 2048, 50400, True)
+    monkeypatch.setitem(models.MODELS, "gpt-j-xl", xl)
+    with pytest.raises(
+        ValidationError, match=r"tensor_parallel_degree 4 does not divide the 25 attention heads of gpt-j-xl"
+    ):
+        serving(model="gpt-j-xl", tensor_parallel_degree=4, instance_type="ml.g5.12xlarge")
+
+
+def test_config_file_errors_name_the_serving_field_path(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "stages:\n  dev:\n    region: us-east-1\n    serving: {model: opt-30b, instance_type: ml.g5.2xlarge}\n"
+    )
+    with pytest.raises(Exception, match=r"stages\.dev\.serving: .*does not fit ml\.g5\.2xlarge") as err:
+        load_config(path)
+    assert str(path) in str(err.value)
+
+
+def test_startup_timeout_is_sized_from_the_weights_each_host_loads():
+    assert serving(model="gpt-j-6b").startup_timeout == 600
+    assert serving(model="opt-30b", tensor_parallel_degree=4, instance_type="ml.g5.24xlarge").startup_timeout == 1140
+    bloom = serving(model="bloom-176b", dtype="int8", tensor_parallel_degree=8, instance_type="ml.p4d.24xlarge")
+    assert bloom.startup_timeout == 2820  # far more than GPT-J
+    assert (
+        serving(model="bloom-176b", tensor_parallel_degree=8, instance_type="ml.p4de.24xlarge").startup_timeout == 3600
+    )
+    assert serving(model="gpt-j-6b", startup_timeout_seconds=900).startup_timeout == 900
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "config").rglob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_config_loads(path):
+    assert load_config(path).stages
