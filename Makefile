@@ -25,7 +25,7 @@ export CDK_HOME := $(CURDIR)/.cdk-home
 export SAGEMAKER_SUPPRESS_V2_WARNING := 1
 export DS_ACCELERATOR := cpu
 
-.PHONY: help synth deploy diff destroy test lint format clean local-serve
+.PHONY: help synth deploy diff destroy test lint format clean local-serve local-train
 
 help:
 	@echo "make synth                 set up, synthesize every stage offline, print the plan"
@@ -34,6 +34,7 @@ help:
 	@echo "make diff STAGE=staging    cdk diff one stage against what is deployed"
 	@echo "make destroy STAGE=dev [STACK=Serving]  delete a stage's stacks (or one); retained data and keys stay"
 	@echo "make local-serve           serve the inference handler on 127.0.0.1:\$$PORT (MODEL=dir|s3://..., default a tiny GPT-J)"
+	@echo "make local-train [STAGE=dev]  run the synthesized Train step through the SageMaker training toolkit, on CPU"
 	@echo "options: CONFIG=path/to/config.yaml (default $(CONFIG)), STAGE=name (default: all stages)"
 
 # --- set-up ---------------------------------------------------------------------------------------------------
@@ -76,6 +77,9 @@ destroy: $(VENV)/.synth-deps node_modules/.installed
 local-serve: $(VENV)/.test-deps
 	$(PY) -m local.serve --handler model_artifacts/deepspeed --port $(PORT) $(if $(MODEL),--model $(MODEL))
 
+local-train: $(VENV)/.test-deps synth
+	$(PY) -m local.train_step --assembly cdk.out $(if $(STAGE),--stage $(STAGE)) --work-dir .local-train
+
 # --- checks ---------------------------------------------------------------------------------------------------
 
 test: $(VENV)/.test-deps node_modules/.installed lint
@@ -90,4 +94,4 @@ format: $(VENV)/.test-deps
 	$(VENV)/bin/ruff check --fix .
 
 clean:
-	rm -rf cdk.out .cdk-home .pytest_cache
+	rm -rf cdk.out .cdk-home .pytest_cache .local-train

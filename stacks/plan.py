@@ -12,7 +12,19 @@ import collections
 import json
 from pathlib import Path
 
-from stacks.config import DEFAULT_CONFIG, ConfigError, PlatformConfig, ServingConfig, StageConfig, load_config
+from stacks.config import (
+    DEFAULT_CONFIG,
+    ConfigError,
+    PlatformConfig,
+    ServingConfig,
+    StageConfig,
+    TrainingConfig,
+    load_config,
+)
+
+
+class AssemblyError(LookupError):
+    """The cloud assembly does not hold what was asked for."""
 
 
 def stage_stacks(assembly: Path, stage: str) -> list[tuple[str, dict]]:
@@ -24,7 +36,7 @@ def stage_stacks(assembly: Path, stage: str) -> list[tuple[str, dict]]:
         if a["type"] == "cdk:cloud-assembly" and a["properties"].get("displayName") == stage
     ]
     if not nested:
-        raise SystemExit(f"{assembly}: stage {stage!r} was not synthesized; run `make synth` first")
+        raise AssemblyError(f"{assembly}: stage {stage!r} was not synthesized; run `make synth` first")
     stage_dir = assembly / nested[0]
     stage_manifest = json.loads((stage_dir / "manifest.json").read_text())
     stacks = []
@@ -77,6 +89,30 @@ def describe_serving(serving: ServingConfig) -> list[str]:
     ]
 
 
+def describe_training(training: TrainingConfig) -> list[str]:
+    """The fine-tuning jobs: instances, GPUs, SMP layout, memory estimate, cost per running hour."""
+    instance, smp, fit = training.catalog_instance, training.smp, training.fit()
+    if smp.version == 1:
+        layout = (
+            f"SMP v1: tensor {smp.tensor_parallel_degree} x pipeline {smp.pipeline_parallel_degree} x data "
+            f"{training.data_parallel_degree}"
+            + (f", {smp.microbatches} microbatches" if smp.microbatches > 1 else "")
+            + (", optimizer state sharded" if smp.shard_optimizer_state else "")
+        )
+    else:
+        layout = (
+            f"SMP v2: hybrid shard degree {smp.hybrid_shard_degree or 'all'} x data {training.data_parallel_degree}"
+        )
+    return [
+        f"  training: {training.instance_count} x {training.instance_type} ({instance.gpus}), "
+        f"{training.processes} processes per host, {training.precision}",
+        f"    {training.model}: {layout}",
+        f"    memory per GPU (estimate): {fit.describe()}",
+        f"    cost while a job runs: ${instance.hourly_usd * training.instance_count:,.2f}/h"
+        + (" (spot: less)" if training.spot.enabled else ""),
+    ]
+
+
 def describe_weights(serving: ServingConfig) -> str:
     weights = serving.weights
     if weights.source == "pretrained":
@@ -90,6 +126,7 @@ def render(config: PlatformConfig, assembly: Path) -> str:
     lines = [f"Plan for {config.project}: {len(config.stages)} stage(s), in promotion order", ""]
     for name, stage in config.stages.items():
         lines.append(describe_stage(name, stage))
+        lines += describe_training(stage.training)
         lines += describe_serving(stage.serving)
         lines.append("  stacks:")
         for stack_name, template in stage_stacks(assembly, name):
@@ -108,7 +145,10 @@ def main() -> None:
         config = load_config(args.config, only_stage=args.stage or None)
     except ConfigError as err:
         raise SystemExit(str(err)) from None
-    print(render(config, args.assembly), end="")
+    try:
+        print(render(config, args.assembly), end="")
+    except AssemblyError as err:
+        raise SystemExit(str(err)) from None
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from aws_cdk import custom_resources as cr
 from cdk_nag import NagPackSuppression, NagSuppressions, RegexAppliesTo
 from constructs import Construct
 
-from stacks import layout
+from stacks import code_archives, layout
 from stacks.config import ServingConfig
 from stacks.constructs.lmi_endpoint import LmiEndpoint
 
@@ -27,10 +27,11 @@ class ServingStack(Stack):
         serving: the stage's serving config (already validated: the model fits the instance).
         endpoint_name: the endpoint's stable name.
         image_uri: the LMI container image for the engine and region.
-        code_uri: S3 URI of the packaged model.tar.gz.
+        serving_properties: the engine's serving.properties rendered for the stage, packaged with the handler.
         hosting_role: the role the endpoint runs with.
         models_bucket: holds the staged pretrained weights and the fine-tuned ones.
         data_bucket: receives captured requests.
+        artifacts_bucket: where the inference code archive goes.
         encryption_key: the stage key.
     """
 
@@ -42,14 +43,24 @@ class ServingStack(Stack):
         serving: ServingConfig,
         endpoint_name: str,
         image_uri: str,
-        code_uri: str,
+        serving_properties: str,
         hosting_role: iam.IRole,
         models_bucket: s3.IBucket,
         data_bucket: s3.IBucket,
+        artifacts_bucket: s3.IBucket,
         encryption_key: kms.IKey,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
+        self.code = code_archives.inference_code(
+            self,
+            "InferenceCode",
+            bucket=artifacts_bucket,
+            encryption_key=encryption_key,
+            engine=serving.engine,
+            serving_properties=serving_properties,
+            use="inference",
+        )
         weights_uri = self._weights_uri(serving, models_bucket, hosting_role)
         self.endpoint = LmiEndpoint(
             self,
@@ -57,13 +68,14 @@ class ServingStack(Stack):
             config=serving,
             endpoint_name=endpoint_name,
             image_uri=image_uri,
-            code_uri=code_uri,
+            code_uri=self.code.s3_uri,
             weights_uri=weights_uri,
             role=hosting_role,
             encryption_key=encryption_key,
             data_bucket=data_bucket,
         )
         CfnOutput(self, "EndpointName", value=endpoint_name)
+        CfnOutput(self, "InferenceCodeUri", value=self.code.s3_uri)
 
     def _weights_uri(self, serving: ServingConfig, models_bucket: s3.IBucket, role: iam.IRole) -> str:
         """The S3 prefix of the weights to serve; a model package's is read at deploy time, never at synth."""

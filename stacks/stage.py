@@ -8,11 +8,12 @@ from aws_cdk import Environment, Stage, Tags
 from constructs import Construct
 
 from stacks import serving_properties
-from stacks.artifacts_stack import ArtifactsStack
 from stacks.catalog import images
 from stacks.config import PlatformConfig
+from stacks.constructs.training_pipeline.definition import PipelineNames
 from stacks.serving_stack import ServingStack
 from stacks.storage_stack import StorageStack
+from stacks.training_stack import TrainingStack
 
 
 class PlatformStage(Stage):
@@ -40,19 +41,33 @@ class PlatformStage(Stage):
             stack_name=f"{prefix}-storage",
             description=f"{config.project} {stage_name}: KMS key, buckets and SageMaker execution roles",
             stage=stage,
-            training_images=[images.smp_v1_training_image(stage.region)],
+            training_images=[
+                images.training_image(stage.region, stage.training.smp.version),
+                images.processing_image(stage.region, stage.training.processing_instance_type),
+                images.processing_image(stage.region, stage.training.evaluate_instance_type),
+            ],
             serving_images=[serving_image],
         )
 
-        self.artifacts = ArtifactsStack(
+        rendered_properties = serving_properties.render(stage.serving, stage_name=stage_name)
+
+        self.training = TrainingStack(
             self,
-            "Artifacts",
-            stack_name=f"{prefix}-artifacts",
-            description=f"{config.project} {stage_name}: training and inference code packaged for SageMaker",
-            bucket=self.storage.artifacts_bucket,
+            "Training",
+            stack_name=f"{prefix}-training",
+            description=f"{config.project} {stage_name}: fine-tuning pipeline for {stage.training.model} with SMP",
+            training=stage.training,
+            serving=stage.serving,
+            names=PipelineNames(
+                finetune=f"{prefix}-finetune", staging=f"{prefix}-stage-weights", model_package_group=prefix
+            ),
+            training_role=self.storage.training_role.role,
+            data_bucket=self.storage.data_bucket,
+            models_bucket=self.storage.models_bucket,
+            artifacts_bucket=self.storage.artifacts_bucket,
             encryption_key=self.storage.key,
-            engine=stage.serving.engine,
-            serving_properties=serving_properties.render(stage.serving, stage_name=stage_name),
+            serving_image=serving_image,
+            serving_properties=rendered_properties,
         )
 
         self.serving = ServingStack(
@@ -63,10 +78,11 @@ class PlatformStage(Stage):
             serving=stage.serving,
             endpoint_name=prefix,
             image_uri=serving_image,
-            code_uri=self.artifacts.inference_code.s3_uri,
+            serving_properties=rendered_properties,
             hosting_role=self.storage.hosting_role.role,
             models_bucket=self.storage.models_bucket,
             data_bucket=self.storage.data_bucket,
+            artifacts_bucket=self.storage.artifacts_bucket,
             encryption_key=self.storage.key,
         )
 

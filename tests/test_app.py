@@ -78,7 +78,7 @@ def test_plan_lists_each_stage_with_its_stacks_and_resource_counts(assembly):
     assert "dev: the deploying credentials' account, us-east-1; data and key deleted with the stack" in plan
     assert "prod: the deploying credentials' account, us-east-1; data and key kept when the stack is deleted" in plan
     for stage in ["dev", "staging", "prod"]:
-        for stack in ["storage", "artifacts", "serving"]:
+        for stack in ["storage", "training", "serving"]:
             assert f"llm-platform-{stage}-{stack}" in plan
     assert "4 S3::Bucket" in plan and "1 KMS::Key" in plan
     assert "  endpoint: 2-6 x ml.g5.2xlarge (1 x A10G 24 GB), engine deepspeed" in plan

@@ -15,6 +15,9 @@ from functools import cache
 # The SMP v1 line ends at SMP 1.15 in the PyTorch 1.13.1 DLC (Python 3.9); research/smp_training.md §1.
 SMP_V1_PYTORCH_VERSION = "1.13.1"
 SMP_V1_PY_VERSION = "py39"
+# SMP v2 runs in its own smdistributed-modelparallel images; PyTorch 2.4.1 is SMP 2.7.0 (research/smp_training.md §3).
+SMP_V2_PYTORCH_VERSION = "2.4.1"
+SMP_V2_PY_VERSION = "py311"
 # The last LMI image with the DeepSpeed engine; research/lmi_serving.md §3.
 DEEPSPEED_LMI_VERSION = "0.27.0"
 # Current LMI for the vLLM engine: 0.35.0 (LMI 17, CUDA 12.8) is the first where async vLLM mode is the default,
@@ -32,14 +35,47 @@ def _retrieve(**kwargs: str) -> str:
     return image_uris.retrieve(**kwargs)
 
 
-def smp_v1_training_image(region: str) -> str:
-    """The PyTorch training DLC that ships SMP v1 (smdistributed.modelparallel 1.15)."""
+def training_framework(smp_version: int) -> tuple[str, str]:
+    """(PyTorch version, Python version) of the training container for an SMP version."""
+    if smp_version == 1:
+        return SMP_V1_PYTORCH_VERSION, SMP_V1_PY_VERSION
+    return SMP_V2_PYTORCH_VERSION, SMP_V2_PY_VERSION
+
+
+def training_image(region: str, smp_version: int = 1) -> str:
+    """The training container: the PyTorch 1.13.1 DLC that ships SMP v1 1.15, or SMP v2's own image.
+
+    The same lookup the SDK's PyTorch estimator makes for the pipeline's Train step (a test checks they agree).
+    """
+    framework_version, py_version = training_framework(smp_version)
+    if smp_version == 1:
+        return _retrieve(
+            framework="pytorch",
+            region=region,
+            version=framework_version,
+            py_version=py_version,
+            instance_type="ml.p4d.24xlarge",
+            image_scope="training",
+        )
+    return _retrieve(
+        framework="pytorch-smp",
+        region=region,
+        version=framework_version,
+        py_version=py_version,
+        instance_type="ml.p4d.24xlarge",
+        image_scope="training",
+        container_version="cu121",
+    )
+
+
+def processing_image(region: str, instance_type: str) -> str:
+    """The PyTorch 1.13.1 image (CPU or GPU build, by instance type) the prepare and evaluate steps run in."""
     return _retrieve(
         framework="pytorch",
         region=region,
         version=SMP_V1_PYTORCH_VERSION,
         py_version=SMP_V1_PY_VERSION,
-        instance_type="ml.p4d.24xlarge",
+        instance_type=instance_type,
         image_scope="training",
     )
 

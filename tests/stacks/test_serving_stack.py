@@ -174,7 +174,9 @@ def test_vllm_engine_uses_the_current_lmi_image_and_names_weights_for_djl(varian
 def test_weights_from_another_bucket_are_readable_by_the_endpoint_and_nothing_more(variants):
     env = one(variants, "external", "AWS::SageMaker::Model")["PrimaryContainer"]["Environment"]
     assert env["WEIGHTS_S3_URI"] == "s3://shared-weights/gpt-j-6b/v3/"
-    statements = one(variants, "external", "AWS::IAM::Policy")["PolicyDocument"]["Statement"]
+    policies = variants.resources("external", "Serving", "AWS::IAM::Policy")
+    (policy,) = [p for k, p in policies.items() if k.startswith("ReadExternalWeights")]
+    statements = policy["Properties"]["PolicyDocument"]["Statement"]
     assert [(s["Action"], s["Resource"]) for s in statements] == [
         ("s3:GetObject", "arn:aws:s3:::shared-weights/gpt-j-6b/v3/*"),
         ("s3:ListBucket", "arn:aws:s3:::shared-weights"),

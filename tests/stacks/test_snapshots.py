@@ -13,7 +13,7 @@ from syrupy.extensions.json import JSONSnapshotExtension
 
 from tests.cdk_assembly import normalize_hashes
 
-STACKS = [(stage, stack) for stage in ["dev", "staging", "prod"] for stack in ["Storage", "Artifacts", "Serving"]]
+STACKS = [(stage, stack) for stage in ["dev", "staging", "prod"] for stack in ["Storage", "Training", "Serving"]]
 
 
 @pytest.fixture

@@ -1,0 +1,189 @@
+"""TrainingPipelines: the stage's fine-tuning pipeline, its weights-staging pipeline, and the role that runs them.
+
+The definitions come from definition.py (the SageMaker SDK, offline, at synth); their `${Name}` placeholders are
+resolved by CloudFormation (Fn::Sub) with the stage's buckets, code archive keys, role and key. The pipelines run
+with their own role, which may start only pipeline-named jobs, pass only the training role, and register only into
+the stage's model package group.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import ArnFormat, Fn, Stack
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_sagemaker as sagemaker
+from cdk_nag import NagPackSuppression, NagSuppressions, RegexAppliesTo
+from constructs import Construct
+
+from stacks import layout
+from stacks.config import ServingConfig, TrainingConfig
+from stacks.constructs.code_package import CodePackage
+from stacks.constructs.training_pipeline import definition
+from stacks.constructs.training_pipeline.definition import PipelineNames
+
+
+class TrainingPipelines(Construct):
+    """Args:
+    training: the stage's training config (validated: the layout fits the instances).
+    serving: the stage's serving config (what a registered model package is meant to run on).
+    names: the pipelines' and the model package group's names.
+    training_role: the role the jobs run with.
+    data_bucket, models_bucket, artifacts_bucket, encryption_key: the stage's storage.
+    training_code, inference_code: the packaged code archives.
+    serving_image: the LMI image a registered model package runs in.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        training: TrainingConfig,
+        serving: ServingConfig,
+        names: PipelineNames,
+        training_role: iam.IRole,
+        data_bucket: s3.IBucket,
+        models_bucket: s3.IBucket,
+        artifacts_bucket: s3.IBucket,
+        encryption_key: kms.IKey,
+        training_code: CodePackage,
+        inference_code: CodePackage,
+        serving_image: str,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        region = stack.region
+        values = {
+            "DataBucket": data_bucket.bucket_name,
+            "ModelsBucket": models_bucket.bucket_name,
+            "ArtifactsBucket": artifacts_bucket.bucket_name,
+            "TrainingCodeKey": training_code.object_key,
+            "InferenceCodeKey": inference_code.object_key,
+            "TrainingRoleName": training_role.role_name,
+            "KeyArn": encryption_key.key_arn,
+        }
+
+        self.model_package_group = sagemaker.CfnModelPackageGroup(
+            self,
+            "ModelPackageGroup",
+            model_package_group_name=names.model_package_group,
+            model_package_group_description=f"{training.model} fine-tuned by {names.finetune}",
+        )
+        self.role = self._pipeline_role(names, training_role, encryption_key, data_bucket)
+
+        finetune_body = definition.finetune_definition(
+            training, serving, region=region, names=names, serving_image=serving_image
+        )
+        staging_body = definition.staging_definition(training, region=region, names=names)
+        self.finetune = self._pipeline("Finetune", names.finetune, finetune_body, values, training)
+        self.staging = self._pipeline("StageWeights", names.staging, staging_body, values, training)
+        self.finetune.add_dependency(self.model_package_group)
+
+    def _pipeline(self, construct_id: str, name: str, body: str, values: dict, training: TrainingConfig):
+        used = definition.placeholders_in(body) - set(definition.PSEUDO_PARAMETERS)
+        pipeline = sagemaker.CfnPipeline(
+            self,
+            construct_id,
+            pipeline_name=name,
+            role_arn=self.role.role_arn,
+            pipeline_definition={
+                "PipelineDefinitionBody": Fn.sub(body, {k: v for k, v in values.items() if k in used})
+            },
+        )
+        pipeline.node.add_dependency(self.role)
+        return pipeline
+
+    def _pipeline_role(
+        self, names: PipelineNames, training_role: iam.IRole, key: kms.IKey, data_bucket: s3.IBucket
+    ) -> iam.Role:
+        stack = Stack.of(self)
+        role = iam.Role(
+            self,
+            "PipelineRole",
+            description=f"Runs the SageMaker pipelines {names.finetune} and {names.staging}",
+            assumed_by=iam.ServicePrincipal(
+                "sagemaker.amazonaws.com", conditions={"StringEquals": {"aws:SourceAccount": stack.account}}
+            ),
+        )
+
+        def arn(resource: str, name: str) -> str:
+            return stack.format_arn(
+                service="sagemaker", resource=resource, resource_name=name, arn_format=ArnFormat.SLASH_RESOURCE_NAME
+            )
+
+        # SageMaker Pipelines names the jobs it starts pipelines-<execution>-<step>-<suffix>.
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="RunPipelineJobs",
+                actions=[
+                    "sagemaker:CreateProcessingJob",
+                    "sagemaker:DescribeProcessingJob",
+                    "sagemaker:StopProcessingJob",
+                    "sagemaker:CreateTrainingJob",
+                    "sagemaker:DescribeTrainingJob",
+                    "sagemaker:StopTrainingJob",
+                    "sagemaker:AddTags",
+                ],
+                resources=[arn("processing-job", "pipelines-*"), arn("training-job", "pipelines-*")],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="RegisterModels",
+                actions=["sagemaker:CreateModelPackage", "sagemaker:DescribeModelPackage", "sagemaker:AddTags"],
+                resources=[
+                    arn("model-package", f"{names.model_package_group}/*"),
+                    arn("model-package-group", names.model_package_group),
+                ],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="PassTrainingRole",
+                actions=["iam:PassRole"],
+                resources=[training_role.role_arn],
+                conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
+            )
+        )
+        # Jobs encrypt their volumes and outputs with the stage key through grants made for their caller.
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="EncryptJobVolumes",
+                actions=["kms:CreateGrant", "kms:DescribeKey", "kms:Decrypt", "kms:GenerateDataKey"],
+                resources=[key.key_arn],
+            )
+        )
+        # The condition step reads the evaluation report (a property file) itself.
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="ReadEvaluationReports",
+                actions=["s3:GetObject"],
+                resources=[data_bucket.arn_for_objects(f"{layout.EVALUATION}*")],
+            )
+        )
+        NagSuppressions.add_resource_suppressions(
+            role,
+            [
+                NagPackSuppression(
+                    id="AwsSolutions-IAM5",
+                    reason="SageMaker Pipelines names the jobs and model package versions it creates at run time "
+                    "(pipelines-<execution id>-..., <group>/<version>); the statements are limited to those name "
+                    "patterns in this account and region, and to this stage's model package group",
+                    applies_to=[
+                        RegexAppliesTo(
+                            regex=r"/^Resource::arn:[^:]+:sagemaker:.*:(processing|training)-job\/pipelines-\*$/"
+                        ),
+                        RegexAppliesTo(regex=r"/^Resource::arn:[^:]+:sagemaker:.*:model-package\/[a-z0-9-]+\/\*$/"),
+                    ],
+                ),
+                NagPackSuppression(
+                    id="AwsSolutions-IAM5",
+                    reason="Evaluation reports are written per pipeline execution under evaluation/; reading them "
+                    "is limited to that prefix of the data bucket",
+                    applies_to=[RegexAppliesTo(regex=r"/^Resource::<.*\.Arn>\/evaluation\/\*$/")],
+                ),
+            ],
+            apply_to_children=True,
+        )
+        return role

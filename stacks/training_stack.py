@@ -1,0 +1,76 @@
+"""TrainingStack: the stage's fine-tuning pipeline (SMP), the weights-staging pipeline and the model registry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import CfnOutput, Stack
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from stacks import code_archives
+from stacks.config import ServingConfig, TrainingConfig
+from stacks.constructs.training_pipeline import TrainingPipelines
+from stacks.constructs.training_pipeline.definition import PipelineNames
+
+
+class TrainingStack(Stack):
+    """Raw data to a registered, evaluated fine-tuned model.
+
+    Args:
+        training, serving: the stage's configs (serving says what a registered model will run on).
+        names: names of the pipelines and of the model package group.
+        serving_image, serving_properties: the LMI image and rendered serving.properties a registered model carries.
+        The rest: the stage's storage and the role the jobs run with.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        training: TrainingConfig,
+        serving: ServingConfig,
+        names: PipelineNames,
+        training_role: iam.IRole,
+        data_bucket: s3.IBucket,
+        models_bucket: s3.IBucket,
+        artifacts_bucket: s3.IBucket,
+        encryption_key: kms.IKey,
+        serving_image: str,
+        serving_properties: str,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        # The jobs' code, and the inference code a registered model package carries.
+        self.training_code = code_archives.training_code(self, bucket=artifacts_bucket, encryption_key=encryption_key)
+        self.registry_code = code_archives.inference_code(
+            self,
+            "RegistryInferenceCode",
+            bucket=artifacts_bucket,
+            encryption_key=encryption_key,
+            engine=serving.engine,
+            serving_properties=serving_properties,
+            use="registry",
+        )
+        self.pipelines = TrainingPipelines(
+            self,
+            "Pipelines",
+            training=training,
+            serving=serving,
+            names=names,
+            training_role=training_role,
+            data_bucket=data_bucket,
+            models_bucket=models_bucket,
+            artifacts_bucket=artifacts_bucket,
+            encryption_key=encryption_key,
+            training_code=self.training_code,
+            inference_code=self.registry_code,
+            serving_image=serving_image,
+        )
+        CfnOutput(self, "FinetunePipelineName", value=names.finetune)
+        CfnOutput(self, "StagingPipelineName", value=names.staging)
+        CfnOutput(self, "ModelPackageGroupName", value=names.model_package_group)
+        CfnOutput(self, "TrainingCodeUri", value=self.training_code.s3_uri)
