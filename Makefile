@@ -14,7 +14,8 @@ CONFIG ?= config/default.yaml
 STAGE ?=
 MODEL ?=
 PORT ?= 8080
-CDK_CONTEXT := -c config=$(CONFIG) $(if $(STAGE),-c stage=$(STAGE))
+RELEASE ?=
+CDK_CONTEXT := -c config=$(CONFIG) $(if $(STAGE),-c stage=$(STAGE)) $(if $(RELEASE),-c release=$(RELEASE))
 
 # Quiet, offline-friendly tooling: no CDK telemetry, notices or version check; jsii's Node 20 banner silenced;
 # CLI caches kept inside the project; no SageMaker SDK v2 deprecation banner.

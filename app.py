@@ -3,6 +3,7 @@
     npx cdk synth                              # every stage of config/default.yaml
     npx cdk synth -c stage=dev                 # one stage
     npx cdk synth -c config=config/examples/opt-30b-g5.yaml
+    npx cdk synth -c release=<id>              # deploy-time lookups (latest approved model) run again
 
 `make synth` runs this through the pinned CLI and prints the plan. This file is the only place that reads the
 config file and CDK context; everything below it receives typed config objects.
@@ -11,20 +12,35 @@ config file and CDK context; everything below it receives typed config objects.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
-from aws_cdk import App, Aspects
+from aws_cdk import App, Aspects, Environment
 from cdk_nag import AwsSolutionsChecks
 
-from stacks.config import DEFAULT_CONFIG, ConfigError, PlatformConfig, load_config
+from stacks.config import DEFAULT_CONFIG, REPO_ROOT, ConfigError, PlatformConfig, load_config
+from stacks.pipeline_stack import PipelineStack
 from stacks.stage import PlatformStage
 
 
-def build_app(app: App, config: PlatformConfig) -> App:
-    """Add one stage per configured environment to `app`, each checked by cdk-nag."""
+def build_app(app: App, config: PlatformConfig, *, config_path: str = "config/default.yaml", release: str = "") -> App:
+    """Add one stage per configured environment to `app`, and the promotion pipeline when the config has one;
+    everything is checked by cdk-nag."""
     for stage_name in config.stages:
-        stage = PlatformStage(app, stage_name, config=config, stage_name=stage_name)
+        stage = PlatformStage(app, stage_name, config=config, stage_name=stage_name, release=release)
         # Aspects do not cross Stage boundaries: nag is added to each stage, not once to the app.
         Aspects.of(stage).add(AwsSolutionsChecks(verbose=True))
+    if config.pipeline:
+        pipeline = PipelineStack(
+            app,
+            "Pipeline",
+            stack_name=f"{config.project}-pipeline",
+            description=f"{config.project}: promotion of each commit and approved model through the stages",
+            env=Environment(account=config.pipeline.account, region=config.pipeline.region),
+            config=config,
+            config_path=config_path,
+            release=release,
+        )
+        Aspects.of(pipeline).add(AwsSolutionsChecks(verbose=True))
     return app
 
 
@@ -35,7 +51,14 @@ def main() -> None:
         config = load_config(config_path, only_stage=app.node.try_get_context("stage"))
     except ConfigError as err:
         sys.exit(str(err))
-    build_app(app, config).synth()
+    release = app.node.try_get_context("release") or ""
+    build_app(app, config, config_path=relative_to_repo(config_path), release=release).synth()
+
+
+def relative_to_repo(path: str | Path) -> str:
+    """The config path as the pipeline's checkout sees it."""
+    resolved = Path(path).resolve()
+    return str(resolved.relative_to(REPO_ROOT)) if resolved.is_relative_to(REPO_ROOT) else str(path)
 
 
 if __name__ == "__main__":

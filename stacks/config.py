@@ -134,13 +134,14 @@ TimeoutSeconds = Annotated[int, Field(ge=60, le=3600)]
 
 class WeightsConfig(_Strict):
     """Where the served weights come from. Nothing is looked up at synth: an S3 location is fixed here, and a
-    model package is read at deploy time."""
+    model package is read when the stack deploys."""
 
-    source: Literal["pretrained", "s3", "model_package"] = Field(
+    source: Literal["pretrained", "s3", "model_package", "latest_approved"] = Field(
         default="pretrained",
         description="'pretrained': the stage's staged copy of the model's Hugging Face weights "
         "(models bucket, pretrained/<model>/); 's3': the prefix in s3_uri; 'model_package': the weights of the "
-        "registered model package model_package_arn (e.g. the version approved for this stage)",
+        "registered model package model_package_arn; 'latest_approved': the newest Approved package of "
+        "model_package_group (default: the stage's own), looked up on every deploy of a new release",
     )
     s3_uri: S3Prefix | None = Field(default=None, description="for source 's3': s3://bucket/prefix/ of an HF folder")
     model_package_arn: str | None = Field(
@@ -148,16 +149,22 @@ class WeightsConfig(_Strict):
         pattern=r"^arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:model-package/[A-Za-z0-9-]{1,63}/\d+$",
         description="for source 'model_package': arn:aws:sagemaker:<region>:<account>:model-package/<group>/<version>",
     )
+    model_package_group: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9](-*[A-Za-z0-9]){0,62}$",
+        description="for source 'latest_approved': a model package group of the stage's account and region",
+    )
 
     @model_validator(mode="after")
     def _one_location(self) -> WeightsConfig:
-        wanted = {"pretrained": None, "s3": "s3_uri", "model_package": "model_package_arn"}[self.source]
-        for name in ("s3_uri", "model_package_arn"):
-            given = getattr(self, name) is not None
-            if name == wanted and not given:
-                raise ValueError(f"source {self.source!r} needs {name}")
-            if name != wanted and given:
-                raise ValueError(f"{name} is only used with source {'s3' if name == 's3_uri' else 'model_package'!r}")
+        owners = {"s3_uri": "s3", "model_package_arn": "model_package", "model_package_group": "latest_approved"}
+        if self.source == "s3" and self.s3_uri is None:
+            raise ValueError("source 's3' needs s3_uri")
+        if self.source == "model_package" and self.model_package_arn is None:
+            raise ValueError("source 'model_package' needs model_package_arn")
+        for name, owner in owners.items():
+            if getattr(self, name) is not None and self.source != owner:
+                raise ValueError(f"{name} is only used with source {owner!r}")
         return self
 
 
@@ -480,6 +487,54 @@ class TrainingConfig(_Strict):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Promotion: one CDK pipeline taking each commit (and each approved model) through the stages in order.
+
+
+class SourceConfig(_Strict):
+    """Where the pipeline gets the repository: a CodeConnections connection (GitHub, GitLab, Bitbucket), or a zip
+    in S3."""
+
+    connection_arn: str | None = Field(
+        default=None,
+        pattern=r"^arn:aws[a-z-]*:(codestar-connections|codeconnections):[a-z0-9-]+:\d{12}:connection/[0-9a-f-]+$",
+        description="a CodeConnections connection ARN (create and authorize it in the console once)",
+    )
+    repository: str | None = Field(default=None, pattern=r"^[\w.-]+/[\w.-]+$", description="owner/name")
+    branch: str = Field(default="main", description="the branch whose commits are promoted")
+    bucket: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$", description="S3 source")
+    key: str | None = Field(default=None, min_length=1, description="S3 source: the object key of a zip")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> SourceConfig:
+        connection = self.connection_arn is not None or self.repository is not None
+        s3 = self.bucket is not None or self.key is not None
+        if connection == s3:
+            raise ValueError("give either connection_arn and repository, or bucket and key")
+        if connection and (self.connection_arn is None or self.repository is None):
+            raise ValueError("a connection source needs both connection_arn and repository")
+        if s3 and (self.bucket is None or self.key is None):
+            raise ValueError("an S3 source needs both bucket and key")
+        return self
+
+
+class PipelineConfig(_Strict):
+    """The promotion pipeline: where it runs, what it watches, and the gates between stages."""
+
+    account: AccountId = Field(description="the tooling account the pipeline runs in")
+    region: Region
+    source: SourceConfig
+    approval_before: tuple[StageName, ...] = Field(
+        default=("prod",), description="stages a person approves before they are deployed"
+    )
+    smoke_test_after: tuple[StageName, ...] = Field(
+        default=("staging",), description="stages whose endpoint is invoked, and pipeline checked, after deploying"
+    )
+    trigger_on_model_approval: bool = Field(
+        default=True, description="start the pipeline when a model package of a stage in its account is approved"
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # The configuration.
 
 
@@ -507,6 +562,7 @@ class PlatformConfig(_Strict):
     project: ProjectName = Field(default="llm-platform", description="prefix of stack names")
     tags: Tags = Field(default_factory=dict, description="tags on every resource of every stage")
     stages: dict[StageName, StageConfig] = Field(description="environments, in promotion order")
+    pipeline: PipelineConfig | None = Field(default=None, description="the promotion pipeline; absent: none")
 
     @model_validator(mode="after")
     def _check_stages(self) -> PlatformConfig:
@@ -517,7 +573,18 @@ class PlatformConfig(_Strict):
                 "stages.prod.removal_policy: 'destroy' would delete production data and keys with the stack; "
                 "prod must use 'retain'"
             )
+        if self.pipeline:
+            for field in ("approval_before", "smoke_test_after"):
+                unknown = [name for name in getattr(self.pipeline, field) if name not in self.stages]
+                if unknown:
+                    raise ValueError(
+                        f"pipeline.{field}: no stage named {', '.join(unknown)}; stages: {', '.join(self.stages)}"
+                    )
         return self
+
+    def stage_account(self, stage: str) -> str | None:
+        """The stage's account; a stage without one deploys into the pipeline's account when there is one."""
+        return self.stages[stage].account or (self.pipeline.account if self.pipeline else None)
 
     def stage_tags(self, stage: str) -> dict[str, str]:
         """Tags for one stage: the project's, then the file's, then the stage's own (later wins)."""

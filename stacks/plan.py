@@ -48,6 +48,19 @@ def stage_stacks(assembly: Path, stage: str) -> list[tuple[str, dict]]:
     return sorted(stacks)
 
 
+def app_stacks(assembly: Path) -> list[tuple[str, dict]]:
+    """(stack name, template) for the stacks at the top of the app (the promotion pipeline)."""
+    manifest = json.loads((assembly / "manifest.json").read_text())
+    return sorted(
+        (
+            a["properties"].get("stackName", a["displayName"]),
+            json.loads((assembly / a["properties"]["templateFile"]).read_text()),
+        )
+        for a in manifest["artifacts"].values()
+        if a["type"] == "aws:cloudformation:stack"
+    )
+
+
 def resource_summary(template: dict) -> str:
     """`19 resources: 4 S3::Bucket, 3 IAM::Role, ...`, most common first."""
     counts = collections.Counter(r["Type"].removeprefix("AWS::") for r in template.get("Resources", {}).values())
@@ -55,8 +68,8 @@ def resource_summary(template: dict) -> str:
     return f"{sum(counts.values())} resources: {kinds}"
 
 
-def describe_stage(name: str, stage: StageConfig) -> str:
-    account = stage.account or "the deploying credentials' account"
+def describe_stage(name: str, stage: StageConfig, account: str | None = None) -> str:
+    account = account or "the deploying credentials' account"
     data = "kept when the stack is deleted" if stage.removal_policy == "retain" else "deleted with the stack"
     return f"{name}: {account}, {stage.region}; data and key {data}"
 
@@ -119,13 +132,46 @@ def describe_weights(serving: ServingConfig) -> str:
         return f"the staged pretrained copy (models bucket, pretrained/{serving.model}/)"
     if weights.source == "s3":
         return weights.s3_uri
+    if weights.source == "latest_approved":
+        group = weights.model_package_group or "the stage's own group"
+        return f"the newest approved model package of {group} (looked up at deploy time, again on each release)"
     return f"model package {weights.model_package_arn} (read at deploy time)"
+
+
+def describe_pipeline(config: PlatformConfig) -> list[str]:
+    """The promotion pipeline: where it runs, what it watches, and the gates between stages."""
+    promotion = config.pipeline
+    source = promotion.source
+    watched = (
+        f"{source.repository}@{source.branch} (CodeConnections)"
+        if source.repository
+        else f"s3://{source.bucket}/{source.key}"
+    )
+    steps = []
+    for name in config.stages:
+        step = ("approval -> " if name in promotion.approval_before else "") + name
+        step += f" ({config.stage_account(name)})" + (" + smoke test" if name in promotion.smoke_test_after else "")
+        steps.append(step)
+    lines = [
+        f"Promotion pipeline {config.project}-promotion in {promotion.account}, {promotion.region}",
+        f"  source: {watched}; synth: make synth",
+        f"  {' -> '.join(steps)}",
+    ]
+    if promotion.trigger_on_model_approval:
+        groups = ", ".join(f"{config.project}-{name}" for name in config.stages)
+        lines.append(f"  also starts when a model version is approved in {groups}")
+    return [*lines, ""]
 
 
 def render(config: PlatformConfig, assembly: Path) -> str:
     lines = [f"Plan for {config.project}: {len(config.stages)} stage(s), in promotion order", ""]
+    if config.pipeline:
+        pipeline_lines = describe_pipeline(config)
+        for stack_name, template in app_stacks(assembly):
+            pipeline_lines.insert(-1, f"  stack: {stack_name:<29} {resource_summary(template)}")
+        lines += pipeline_lines
     for name, stage in config.stages.items():
-        lines.append(describe_stage(name, stage))
+        lines.append(describe_stage(name, stage, config.stage_account(name)))
         lines += describe_training(stage.training)
         lines += describe_serving(stage.serving)
         lines.append("  stacks:")

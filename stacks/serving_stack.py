@@ -20,6 +20,10 @@ from stacks.constructs.lmi_endpoint import LmiEndpoint
 AWS_CUSTOM_RESOURCE_SINGLETON = "AWS679f53fac002430cb0da5b7982bd2287"
 
 
+def smoke_test_role_name(endpoint_name: str) -> str:
+    return f"{endpoint_name}-smoke-test"
+
+
 class ServingStack(Stack):
     """One LMI endpoint, its scaling, alarms and dashboard.
 
@@ -32,6 +36,10 @@ class ServingStack(Stack):
         models_bucket: holds the staged pretrained weights and the fine-tuned ones.
         data_bucket: receives captured requests.
         artifacts_bucket: where the inference code archive goes.
+        model_package_group: the stage's model package group (weights source 'latest_approved' by default).
+        finetune_pipeline_name: the stage's fine-tuning pipeline (the smoke test checks it exists).
+        release: changes with every pipeline execution, so deploy-time lookups run again ('' by hand).
+        smoke_test_account: the promotion pipeline's account, trusted to smoke-test this stage; None: no role.
         encryption_key: the stage key.
     """
 
@@ -49,6 +57,10 @@ class ServingStack(Stack):
         data_bucket: s3.IBucket,
         artifacts_bucket: s3.IBucket,
         encryption_key: kms.IKey,
+        model_package_group: str,
+        finetune_pipeline_name: str,
+        release: str = "",
+        smoke_test_account: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -61,7 +73,7 @@ class ServingStack(Stack):
             serving_properties=serving_properties,
             use="inference",
         )
-        weights_uri = self._weights_uri(serving, models_bucket, hosting_role)
+        weights_uri = self._weights_uri(serving, models_bucket, hosting_role, model_package_group, release)
         self.endpoint = LmiEndpoint(
             self,
             "Endpoint",
@@ -74,10 +86,17 @@ class ServingStack(Stack):
             encryption_key=encryption_key,
             data_bucket=data_bucket,
         )
-        CfnOutput(self, "EndpointName", value=endpoint_name)
+        self.endpoint_name_output = CfnOutput(self, "EndpointName", value=endpoint_name)
         CfnOutput(self, "InferenceCodeUri", value=self.code.s3_uri)
+        self.smoke_test_role_output = (
+            self._smoke_test_role(endpoint_name, finetune_pipeline_name, smoke_test_account)
+            if smoke_test_account
+            else None
+        )
 
-    def _weights_uri(self, serving: ServingConfig, models_bucket: s3.IBucket, role: iam.IRole) -> str:
+    def _weights_uri(
+        self, serving: ServingConfig, models_bucket: s3.IBucket, role: iam.IRole, default_group: str, release: str
+    ) -> str:
         """The S3 prefix of the weights to serve; a model package's is read at deploy time, never at synth."""
         weights = serving.weights
         if weights.source == "pretrained":
@@ -116,29 +135,93 @@ class ServingStack(Stack):
             )
             return weights.s3_uri
         # A registered model package: its container environment names the weights (set by the training pipeline's
-        # Register step); read it when the stack deploys.
+        # Register step). Read when the stack deploys, never at synth.
+        if weights.source == "latest_approved":
+            # The newest Approved version of the group. The release is part of the lookup's physical id: a new
+            # release (every pipeline execution) looks again; a deploy by hand keeps what it found unless RELEASE
+            # is given.
+            group = weights.model_package_group or default_group
+            latest = cr.AwsCustomResource(
+                self,
+                "LatestApprovedModelPackage",
+                on_update=cr.AwsSdkCall(
+                    service="SageMaker",
+                    action="listModelPackages",
+                    parameters={
+                        "ModelPackageGroupName": group,
+                        "ModelApprovalStatus": "Approved",
+                        "SortBy": "CreationTime",
+                        "SortOrder": "Descending",
+                        "MaxResults": 1,
+                    },
+                    physical_resource_id=cr.PhysicalResourceId.of(f"{group}@{release or 'manual'}"),
+                    output_paths=["ModelPackageSummaryList.0.ModelPackageArn"],
+                ),
+                policy=cr.AwsCustomResourcePolicy.from_statements(
+                    [iam.PolicyStatement(actions=["sagemaker:ListModelPackages"], resources=["*"])]
+                ),
+                install_latest_aws_sdk=False,
+            )
+            package_arn = latest.get_response_field("ModelPackageSummaryList.0.ModelPackageArn")
+            package_resources = [self._package_versions_arn(group)]
+        else:
+            latest = None
+            package_arn, package_resources = weights.model_package_arn, [weights.model_package_arn]
         describe = cr.AwsCustomResource(
             self,
             "ModelPackageWeights",
             on_update=cr.AwsSdkCall(
                 service="SageMaker",
                 action="describeModelPackage",
-                parameters={"ModelPackageName": weights.model_package_arn},
-                physical_resource_id=cr.PhysicalResourceId.of(weights.model_package_arn),
+                parameters={"ModelPackageName": package_arn},
+                physical_resource_id=cr.PhysicalResourceId.of(package_arn),
                 output_paths=["InferenceSpecification.Containers.0.Environment.WEIGHTS_S3_URI"],
             ),
-            policy=cr.AwsCustomResourcePolicy.from_sdk_calls(resources=[weights.model_package_arn]),
+            policy=cr.AwsCustomResourcePolicy.from_statements(
+                [iam.PolicyStatement(actions=["sagemaker:DescribeModelPackage"], resources=package_resources)]
+            ),
             install_latest_aws_sdk=False,
         )
-        # The CDK runs every AwsCustomResource of a stack through one singleton function, created at the stack's top.
+        self._suppress_lookup_findings(*(c for c in (describe, latest) if c is not None))
+        return describe.get_response_field("InferenceSpecification.Containers.0.Environment.WEIGHTS_S3_URI")
+
+    def _smoke_test_role(self, endpoint_name: str, pipeline_name: str, account: str) -> CfnOutput:
+        """What the promotion pipeline's smoke test may do in this stage: invoke and describe the endpoint and look
+        up the fine-tuning pipeline. Named, so the pipeline (in another account, perhaps) can name it too."""
+        role = iam.Role(
+            self,
+            "SmokeTestRole",
+            role_name=smoke_test_role_name(endpoint_name),
+            description=f"Assumed by the promotion pipeline's smoke test of {endpoint_name}",
+            assumed_by=iam.AccountPrincipal(account),
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["sagemaker:InvokeEndpoint", "sagemaker:DescribeEndpoint"],
+                resources=[self.format_arn(service="sagemaker", resource="endpoint", resource_name=endpoint_name)],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["sagemaker:DescribePipeline"],
+                resources=[self.format_arn(service="sagemaker", resource="pipeline", resource_name=pipeline_name)],
+            )
+        )
+        return CfnOutput(self, "SmokeTestRoleArn", value=role.role_arn)
+
+    def _package_versions_arn(self, group: str) -> str:
+        return self.format_arn(service="sagemaker", resource="model-package", resource_name=f"{group}/*")
+
+    def _suppress_lookup_findings(self, *lookups: cr.AwsCustomResource) -> None:
+        # The CDK runs every AwsCustomResource of a stack through one singleton function at the stack's top.
         singleton = self.node.find_child(AWS_CUSTOM_RESOURCE_SINGLETON)
         NagSuppressions.add_resource_suppressions(
             singleton,
             [
                 NagPackSuppression(
                     id="AwsSolutions-IAM4",
-                    reason="The CDK's AwsCustomResource function logs with AWSLambdaBasicExecutionRole; its only "
-                    "other permission is DescribeModelPackage on the configured package",
+                    reason="The CDK's AwsCustomResource function logs with AWSLambdaBasicExecutionRole; its other "
+                    "permissions only read the configured model package (group)",
                     applies_to=[
                         "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"
                     ],
@@ -150,4 +233,48 @@ class ServingStack(Stack):
             ],
             apply_to_children=True,
         )
-        return describe.get_response_field("InferenceSpecification.Containers.0.Environment.WEIGHTS_S3_URI")
+        for lookup in lookups:
+            NagSuppressions.add_resource_suppressions(
+                lookup,
+                [
+                    NagPackSuppression(
+                        id="AwsSolutions-IAM5",
+                        reason="ListModelPackages has no resource-level permissions; DescribeModelPackage is "
+                        "limited to the versions of the configured model package group",
+                        applies_to=[
+                            "Resource::*",
+                            RegexAppliesTo(
+                                regex=r"/^Resource::arn:[^:]+:sagemaker:.*:model-package\/[A-Za-z0-9-]+\/\*$/"
+                            ),
+                        ],
+                    )
+                ],
+                apply_to_children=True,
+            )
+
+    def _smoke_test_role(self, endpoint_name: str, pipeline_name: str, account: str) -> CfnOutput:
+        """What the promotion pipeline's smoke test may do in this stage: invoke and describe the endpoint and look
+        up the fine-tuning pipeline. Named, so the pipeline (in another account, perhaps) can name it too."""
+        role = iam.Role(
+            self,
+            "SmokeTestRole",
+            role_name=smoke_test_role_name(endpoint_name),
+            description=f"Assumed by the promotion pipeline's smoke test of {endpoint_name}",
+            assumed_by=iam.AccountPrincipal(account),
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["sagemaker:InvokeEndpoint", "sagemaker:DescribeEndpoint"],
+                resources=[self.format_arn(service="sagemaker", resource="endpoint", resource_name=endpoint_name)],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["sagemaker:DescribePipeline"],
+                resources=[self.format_arn(service="sagemaker", resource="pipeline", resource_name=pipeline_name)],
+            )
+        )
+        return CfnOutput(self, "SmokeTestRoleArn", value=role.role_arn)
+
+    def _package_versions_arn(self, group: str) -> str:
+        return self.format_arn(service="sagemaker", resource="model-package", resource_name=f"{group}/*")

@@ -23,16 +23,37 @@ class PlatformStage(Stage):
     exactly the same thing.
 
     Args:
-        config: the whole platform config (for the project name and tags).
+        config: the whole platform config (for the project name, tags and the promotion pipeline).
         stage_name: which of `config.stages` this is.
+        release: an identifier of this deployment (the pipeline execution); deploy-time lookups run again when it
+            changes. '' for deploys by hand.
     """
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, config: PlatformConfig, stage_name: str, **kwargs: Any
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: PlatformConfig,
+        stage_name: str,
+        release: str = "",
+        **kwargs: Any,
     ) -> None:
         stage = config.stages[stage_name]
-        super().__init__(scope, construct_id, env=Environment(account=stage.account, region=stage.region), **kwargs)
+        account = config.stage_account(stage_name)
+        super().__init__(scope, construct_id, env=Environment(account=account, region=stage.region), **kwargs)
         prefix = f"{config.project}-{stage_name}"
+        names = PipelineNames(
+            finetune=f"{prefix}-finetune", staging=f"{prefix}-stage-weights", model_package_group=prefix
+        )
+        pipeline = config.pipeline
+        forward_approvals = (
+            (pipeline.account, pipeline.region)
+            if pipeline
+            and pipeline.trigger_on_model_approval
+            and (account, stage.region) != (pipeline.account, pipeline.region)
+            else None
+        )
         serving_image = images.serving_image(stage.region, stage.serving.engine)
 
         self.storage = StorageStack(
@@ -58,9 +79,7 @@ class PlatformStage(Stage):
             description=f"{config.project} {stage_name}: fine-tuning pipeline for {stage.training.model} with SMP",
             training=stage.training,
             serving=stage.serving,
-            names=PipelineNames(
-                finetune=f"{prefix}-finetune", staging=f"{prefix}-stage-weights", model_package_group=prefix
-            ),
+            names=names,
             training_role=self.storage.training_role.role,
             data_bucket=self.storage.data_bucket,
             models_bucket=self.storage.models_bucket,
@@ -68,6 +87,7 @@ class PlatformStage(Stage):
             encryption_key=self.storage.key,
             serving_image=serving_image,
             serving_properties=rendered_properties,
+            forward_model_approvals_to=forward_approvals,
         )
 
         self.serving = ServingStack(
@@ -84,6 +104,10 @@ class PlatformStage(Stage):
             data_bucket=self.storage.data_bucket,
             artifacts_bucket=self.storage.artifacts_bucket,
             encryption_key=self.storage.key,
+            model_package_group=names.model_package_group,
+            finetune_pipeline_name=names.finetune,
+            release=release,
+            smoke_test_account=pipeline.account if pipeline and stage_name in pipeline.smoke_test_after else None,
         )
 
         for key, value in config.stage_tags(stage_name).items():

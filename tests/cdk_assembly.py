@@ -43,7 +43,7 @@ def cdk_context() -> dict[str, Any]:
     return json.loads((REPO / "cdk.json").read_text())["context"]
 
 
-def synthesize(config_path: Path, outdir: Path) -> Assembly:
+def synthesize(config_path: Path, outdir: Path, *, release: str = "", only_stage: str | None = None) -> Assembly:
     """Build the app the way app.py does (cdk-nag included) and read back what it wrote."""
     from aws_cdk import App
 
@@ -51,7 +51,8 @@ def synthesize(config_path: Path, outdir: Path) -> Assembly:
     from stacks.config import load_config
 
     app = App(context=cdk_context(), outdir=str(outdir))
-    cdk_app.build_app(app, load_config(config_path))
+    config = load_config(config_path, only_stage=only_stage)
+    cdk_app.build_app(app, config, config_path=cdk_app.relative_to_repo(config_path), release=release)
     error = None
     try:
         app.synth()
@@ -60,11 +61,14 @@ def synthesize(config_path: Path, outdir: Path) -> Assembly:
     return read_assembly(outdir, error)
 
 
+APP = "(app)"  # the stage name under which stacks at the top of the app (the pipeline) are filed
+
+
 def read_assembly(outdir: Path, error: str | None = None) -> Assembly:
     templates: dict[str, dict[str, dict]] = {}
     metadata: dict[str, dict[str, dict]] = {}
-    for stage_dir in sorted(outdir.glob("assembly-*")):
-        stage = stage_dir.name.removeprefix("assembly-")
+    for stage_dir in [outdir, *sorted(outdir.glob("assembly-*"))]:
+        stage = APP if stage_dir == outdir else stage_dir.name.removeprefix("assembly-")
         manifest = json.loads((stage_dir / "manifest.json").read_text())
         for artifact in manifest["artifacts"].values():
             if artifact["type"] != "aws:cloudformation:stack":

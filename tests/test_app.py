@@ -93,3 +93,12 @@ def test_plan_shows_copies_per_instance_when_tensor_parallelism_leaves_gpus(tmp_
 
     lines = describe_serving(ServingConfig(model="gpt-j-6b", tensor_parallel_degree=2, instance_type="ml.g5.12xlarge"))
     assert "tensor parallel 2, 2 copies per instance" in lines[1]
+
+
+def test_plan_says_where_latest_approved_weights_come_from():
+    from stacks.config import ServingConfig
+    from stacks.plan import describe_weights
+
+    assert "newest approved model package of the stage's own group" in describe_weights(
+        ServingConfig(weights={"source": "latest_approved"})
+    )

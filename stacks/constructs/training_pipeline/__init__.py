@@ -78,7 +78,7 @@ class TrainingPipelines(Construct):
         staging_body = definition.staging_definition(training, region=region, names=names)
         self.finetune = self._pipeline("Finetune", names.finetune, finetune_body, values, training)
         self.staging = self._pipeline("StageWeights", names.staging, staging_body, values, training)
-        self.finetune.add_dependency(self.model_package_group)
+        self.finetune.node.add_dependency(self.model_package_group)
 
     def _pipeline(self, construct_id: str, name: str, body: str, values: dict, training: TrainingConfig):
         used = definition.placeholders_in(body) - set(definition.PSEUDO_PARAMETERS)

@@ -15,6 +15,7 @@ Fn::Sub. Same config, same JSON.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -201,6 +202,7 @@ def serialize(pipeline) -> str:
 # --- the pipelines ---------------------------------------------------------------------------------------------
 
 
+@functools.cache  # a stage is synthesized twice when a pipeline deploys it too; the definition is pure
 def finetune_definition(
     training: TrainingConfig, serving: ServingConfig, *, region: str, names: PipelineNames, serving_image: str
 ) -> str:
@@ -407,6 +409,7 @@ def finetune_definition(
         )
 
 
+@functools.cache
 def staging_definition(training: TrainingConfig, *, region: str, names: PipelineNames) -> str:
     """The pipeline that copies the model's Hugging Face weights into pretrained/<model>/ once, so no training job
     or endpoint depends on a hub at run time."""

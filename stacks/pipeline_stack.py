@@ -1,0 +1,218 @@
+"""PipelineStack: one commit (or one approved model) through every stage in order, with a person before prod.
+
+    source -> Synth (`make synth`, the command a person runs) -> self-mutation -> assets
+        -> dev -> staging (+ smoke test) -> [approval] -> prod
+
+Each stage is the same PlatformStage class `cdk deploy` by hand uses, so the pipeline deploys exactly what a person
+would. Stages in other accounts need `cdk bootstrap --trust <pipeline account>` there, and the pipeline then uses
+cross-account KMS keys for its artifacts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import Aspects, Duration, Stack, pipelines
+from aws_cdk import aws_codebuild as codebuild
+from aws_cdk import aws_codepipeline as codepipeline
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+from cdk_nag import AwsSolutionsChecks, NagPackSuppression, NagSuppressions, RegexAppliesTo
+from constructs import Construct
+
+from stacks.config import PlatformConfig
+from stacks.serving_stack import smoke_test_role_name
+from stacks.stage import PlatformStage
+from stacks.training_stack import model_approval_pattern
+
+# The CLI the pipeline installs for self-mutation and asset publishing: the version package.json pins (a test
+# checks they agree). Never a range: aws-cdk@3.0.0 is an accidental publish that cannot read current assemblies.
+CDK_CLI_VERSION = "2.1148.1"
+# boto3 for the smoke test, installed in its CodeBuild job (the version requirements.txt resolves to).
+BOTO3_VERSION = "1.44.8"
+# CodePipeline resolves this in the synth step's environment; `make synth RELEASE=...` hands it to app.py, so
+# deploy-time lookups (the latest approved model) run again on every execution.
+RELEASE_VARIABLE = "#{codepipeline.PipelineExecutionId}"
+
+
+class PipelineStack(Stack):
+    """Args:
+    config: the whole platform config; its `pipeline` section must be set.
+    config_path: the config file, relative to the repository root, that the pipeline synthesizes.
+    release: this synthesis' release (the pipeline execution that runs it); deploy-time lookups run again when it
+        changes.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: PlatformConfig,
+        config_path: str,
+        release: str = "",
+        **kwargs: Any,
+    ):
+        super().__init__(scope, construct_id, **kwargs)
+        promotion = config.pipeline
+        assert promotion is not None, "PipelineStack needs config.pipeline"
+        self.pipeline_name = f"{config.project}-promotion"
+
+        synth = pipelines.ShellStep(
+            "Synth",
+            input=self._source(promotion),
+            env={"RELEASE": RELEASE_VARIABLE},
+            commands=[f'make synth CONFIG={config_path} RELEASE="$RELEASE"'],
+        )
+        cross_account = any(config.stage_account(name) != promotion.account for name in config.stages)
+        self.pipeline = pipelines.CodePipeline(
+            self,
+            "Pipeline",
+            pipeline_name=self.pipeline_name,
+            pipeline_type=codepipeline.PipelineType.V2,
+            synth=synth,
+            self_mutation=True,
+            cli_version=CDK_CLI_VERSION,
+            cross_account_keys=cross_account,
+            enable_key_rotation=cross_account or None,
+            code_build_defaults=pipelines.CodeBuildOptions(
+                build_environment=codebuild.BuildEnvironment(build_image=codebuild.LinuxBuildImage.STANDARD_7_0),
+                timeout=Duration.hours(1),
+            ),
+        )
+
+        self.stages: dict[str, PlatformStage] = {}
+        for name in config.stages:
+            stage = PlatformStage(self, name, config=config, stage_name=name, release=release)
+            Aspects.of(stage).add(AwsSolutionsChecks(verbose=True))
+            self.stages[name] = stage
+            pre = [pipelines.ManualApprovalStep(f"Approve-{name}", comment=f"Deploy {config.project} to {name}?")]
+            post = [self._smoke_test(config, name, stage)] if name in promotion.smoke_test_after else []
+            self.pipeline.add_stage(stage, pre=pre if name in promotion.approval_before else [], post=post)
+        self.pipeline.build_pipeline()
+
+        if promotion.trigger_on_model_approval:
+            self._trigger_on_model_approval(config)
+        self._acknowledge_pipeline_findings()
+
+    def _source(self, promotion) -> pipelines.CodePipelineSource:
+        source = promotion.source
+        if source.connection_arn:
+            return pipelines.CodePipelineSource.connection(
+                source.repository, source.branch, connection_arn=source.connection_arn
+            )
+        bucket = s3.Bucket.from_bucket_name(self, "SourceBucket", source.bucket)
+        return pipelines.CodePipelineSource.s3(bucket, source.key)
+
+    def _smoke_test(self, config: PlatformConfig, name: str, stage: PlatformStage) -> pipelines.CodeBuildStep:
+        """After deploying `name`: invoke its endpoint and check its training pipeline, from inside its account."""
+        account, region = config.stage_account(name), config.stages[name].region
+        role_arn = f"arn:{self.partition}:iam::{account}:role/{smoke_test_role_name(f'{config.project}-{name}')}"
+        return pipelines.CodeBuildStep(
+            f"SmokeTest-{name}",
+            env={"STAGE_REGION": region},
+            env_from_cfn_outputs={
+                "ENDPOINT_NAME": stage.serving.endpoint_name_output,
+                "PIPELINE_NAME": stage.training.finetune_pipeline_output,
+                "SMOKE_TEST_ROLE_ARN": stage.serving.smoke_test_role_output,
+            },
+            install_commands=[f"python3 -m pip install --quiet boto3=={BOTO3_VERSION}"],
+            commands=[
+                'python3 scripts/smoke_test.py --endpoint-name "$ENDPOINT_NAME" --region "$STAGE_REGION" '
+                '--pipeline-name "$PIPELINE_NAME" --role-arn "$SMOKE_TEST_ROLE_ARN"'
+            ],
+            role_policy_statements=[iam.PolicyStatement(actions=["sts:AssumeRole"], resources=[role_arn])],
+        )
+
+    def _trigger_on_model_approval(self, config: PlatformConfig) -> None:
+        """Approving a model version in a stage's registry starts a release, so it passes the same gates as code."""
+        promotion = config.pipeline
+        groups = [f"{config.project}-{name}" for name in config.stages]
+        events.Rule(
+            self,
+            "StartOnModelApproval",
+            description=f"Start {self.pipeline_name} when a model package of {', '.join(groups)} is approved",
+            event_pattern=model_approval_pattern(groups),
+            targets=[targets.CodePipeline(self.pipeline.pipeline)],
+        )
+        # Stages elsewhere forward their approvals to this account's default bus (TrainingStack).
+        senders = sorted(
+            {
+                config.stage_account(name)
+                for name, stage in config.stages.items()
+                if (config.stage_account(name), stage.region) != (promotion.account, promotion.region)
+            }
+        )
+        for account in senders:
+            events.CfnEventBusPolicy(
+                self,
+                f"AcceptApprovalsFrom{account}",
+                statement_id=f"model-approvals-from-{account}",
+                statement={
+                    "Effect": "Allow",
+                    "Principal": {"AWS": f"arn:{self.partition}:iam::{account}:root"},
+                    "Action": "events:PutEvents",
+                    "Resource": f"arn:{self.partition}:events:{self.region}:{self.account}:event-bus/default",
+                    "Condition": {"StringEquals": {"events:source": "aws.sagemaker"}},
+                },
+            )
+
+    def _acknowledge_pipeline_findings(self) -> None:
+        """CDK Pipelines generates its roles, buckets and CodeBuild projects; what cdk-nag reports on them and why it
+        is acceptable, in one place."""
+        NagSuppressions.add_resource_suppressions(
+            self.pipeline,
+            [
+                NagPackSuppression(
+                    id="AwsSolutions-IAM5",
+                    reason="CDK's grants on the pipeline's own artifact bucket and key: every action and stage reads "
+                    "and writes the artifacts of this pipeline's executions there, and nothing else",
+                    applies_to=[
+                        "Action::s3:Abort*",
+                        "Action::s3:DeleteObject*",
+                        "Action::s3:GetBucket*",
+                        "Action::s3:GetObject*",
+                        "Action::s3:List*",
+                        "Action::kms:GenerateDataKey*",
+                        "Action::kms:ReEncrypt*",
+                        RegexAppliesTo(regex=r"/^Resource::<PipelineArtifactsBucket[0-9A-F]{8}\.Arn>\/\*$/"),
+                    ],
+                ),
+                NagPackSuppression(
+                    id="AwsSolutions-IAM5",
+                    reason="CodeBuild creates a log stream and a report per build; each project writes only under "
+                    "its own /aws/codebuild log group and report groups (asset publishing: the pipeline's projects)",
+                    applies_to=[
+                        RegexAppliesTo(
+                            regex=r"/^Resource::arn:[^:]+:logs:[^:]+:\d{12}:log-group:\/aws\/codebuild\/.*$/"
+                        ),
+                        RegexAppliesTo(regex=r"/^Resource::arn:[^:]+:codebuild:[^:]+:\d{12}:report-group\/.*$/"),
+                    ],
+                ),
+                NagPackSuppression(
+                    id="AwsSolutions-IAM5",
+                    reason="Self-mutation and asset publishing assume the CDK bootstrap roles of the target "
+                    "accounts, found at run time and limited by condition to roles tagged as CDK bootstrap roles; "
+                    "reading stack status has no resource-level permissions",
+                    applies_to=["Resource::*", RegexAppliesTo(regex=r"/^Resource::arn:\*:iam::\d{12}:role\/\*$/")],
+                ),
+                NagPackSuppression(
+                    id="AwsSolutions-S1",
+                    reason="The pipeline's artifact bucket holds only build artifacts of this pipeline; its access "
+                    "is recorded by CloudTrail data events where the account enables them",
+                ),
+                NagPackSuppression(
+                    id="AwsSolutions-CB4",
+                    reason="CodeBuild encrypts its artifacts with the pipeline's artifact key (cross-account "
+                    "deployments) or with the AWS-managed key for S3; build projects hold no secrets",
+                ),
+                NagPackSuppression(
+                    id="AwsSolutions-KMS5",
+                    reason="The cross-account artifact key is created by CDK Pipelines with rotation enabled here "
+                    "(enable_key_rotation)",
+                ),
+            ],
+            apply_to_children=True,
+        )
