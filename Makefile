@@ -15,7 +15,9 @@ STAGE ?=
 MODEL ?=
 PORT ?= 8080
 RELEASE ?=
-CDK_CONTEXT := -c config=$(CONFIG) $(if $(STAGE),-c stage=$(STAGE)) $(if $(RELEASE),-c release=$(RELEASE))
+OVERLAY ?=
+CDK_CONTEXT := -c config=$(CONFIG) $(if $(STAGE),-c stage=$(STAGE)) $(if $(RELEASE),-c release=$(RELEASE)) \
+	$(if $(OVERLAY),-c overlay=$(OVERLAY))
 
 # Quiet, offline-friendly tooling: no CDK telemetry, notices or version check; jsii's Node 20 banner silenced;
 # CLI caches kept inside the project; no SageMaker SDK v2 deprecation banner.
@@ -59,7 +61,7 @@ node_modules/.installed: package.json package-lock.json
 
 synth: $(VENV)/.synth-deps node_modules/.installed
 	$(CDK) synth --quiet $(CDK_CONTEXT)
-	@$(PY) -m stacks.plan --assembly cdk.out --config $(CONFIG) $(if $(STAGE),--stage $(STAGE))
+	@$(PY) -m stacks.plan --assembly cdk.out --config $(CONFIG) $(if $(STAGE),--stage $(STAGE)) $(if $(OVERLAY),--overlay $(OVERLAY))
 
 deploy: $(VENV)/.synth-deps node_modules/.installed
 	@test -n "$(STAGE)" || { echo "usage: make deploy STAGE=<stage>  (a stage of $(CONFIG))"; exit 2; }

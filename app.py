@@ -4,6 +4,7 @@
     npx cdk synth -c stage=dev                 # one stage
     npx cdk synth -c config=config/examples/opt-30b-g5.yaml
     npx cdk synth -c release=<id>              # deploy-time lookups (latest approved model) run again
+    npx cdk synth -c overlay=config/overlays/x.yaml   # merged over the config (e.g. the moto rehearsal's)
 
 `make synth` runs this through the pinned CLI and prints the plan. This file is the only place that reads the
 config file and CDK context; everything below it receives typed config objects.
@@ -48,7 +49,8 @@ def main() -> None:
     app = App()
     config_path = app.node.try_get_context("config") or DEFAULT_CONFIG
     try:
-        config = load_config(config_path, only_stage=app.node.try_get_context("stage"))
+        overlays = tuple(p for p in (app.node.try_get_context("overlay") or "").split(",") if p)
+        config = load_config(config_path, only_stage=app.node.try_get_context("stage"), overlays=overlays)
     except ConfigError as err:
         sys.exit(str(err))
     release = app.node.try_get_context("release") or ""

@@ -595,9 +595,30 @@ class PlatformConfig(_Strict):
 # Loading.
 
 
-def load_config(path: str | Path = DEFAULT_CONFIG, *, only_stage: str | None = None) -> PlatformConfig:
-    """Read and validate a config file; with `only_stage`, keep just that stage."""
+def load_config(
+    path: str | Path = DEFAULT_CONFIG, *, only_stage: str | None = None, overlays: tuple[str | Path, ...] = ()
+) -> PlatformConfig:
+    """Read and validate a config file; with `overlays`, merge these files over it first (mappings merge key by
+    key, everything else replaces); with `only_stage`, keep just that stage."""
     path = Path(path)
+    raw = _read_yaml(path)
+    source = str(path)
+    for overlay in map(Path, overlays):
+        raw = _merge(raw, _read_yaml(overlay))
+        source += f" + overlay {overlay}"
+    try:
+        config = PlatformConfig.model_validate(raw)
+    except ValidationError as err:
+        problems = "\n".join(f"  - {_describe(e)}" for e in err.errors())
+        raise ConfigError(f"{source}: invalid configuration:\n{problems}") from None
+    if only_stage is None:
+        return config
+    if only_stage not in config.stages:
+        raise ConfigError(f"{source}: no stage named {only_stage!r}; stages: {', '.join(config.stages)}")
+    return config.model_copy(update={"stages": {only_stage: config.stages[only_stage]}})
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         raw = yaml.safe_load(path.read_text())
     except FileNotFoundError:
@@ -605,17 +626,14 @@ def load_config(path: str | Path = DEFAULT_CONFIG, *, only_stage: str | None = N
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {err}") from None
     if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a mapping with a 'stages' key at the top, got {type(raw).__name__}")
-    try:
-        config = PlatformConfig.model_validate(raw)
-    except ValidationError as err:
-        problems = "\n".join(f"  - {_describe(e)}" for e in err.errors())
-        raise ConfigError(f"{path}: invalid configuration:\n{problems}") from None
-    if only_stage is None:
-        return config
-    if only_stage not in config.stages:
-        raise ConfigError(f"{path}: no stage named {only_stage!r}; stages: {', '.join(config.stages)}")
-    return config.model_copy(update={"stages": {only_stage: config.stages[only_stage]}})
+        raise ConfigError(f"{path}: expected a mapping at the top, got {type(raw).__name__}")
+    return raw
+
+
+def _merge(base: Any, overlay: Any) -> Any:
+    if isinstance(base, dict) and isinstance(overlay, dict):
+        return {**base, **{key: _merge(base.get(key), value) for key, value in overlay.items()}}
+    return overlay
 
 
 def _describe(error: dict[str, Any]) -> str:

@@ -186,9 +186,11 @@ def main() -> None:
     parser.add_argument("--assembly", type=Path, default=Path("cdk.out"), help="cloud assembly directory")
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="the config file that was synthesized")
     parser.add_argument("--stage", default=None, help="only this stage (as with `-c stage=...`)")
+    parser.add_argument("--overlay", default="", help="comma-separated overlay files (as with `-c overlay=...`)")
     args = parser.parse_args()
     try:
-        config = load_config(args.config, only_stage=args.stage or None)
+        overlays = tuple(p for p in args.overlay.split(",") if p)
+        config = load_config(args.config, only_stage=args.stage or None, overlays=overlays)
     except ConfigError as err:
         raise SystemExit(str(err)) from None
     try:

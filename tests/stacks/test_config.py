@@ -84,7 +84,7 @@ INVALID = [
     ("bad connection ARN", VALID + "pipeline: {account: '111111111111', region: us-east-1, source: {connection_arn: 'arn:aws:s3:::x', repository: a/b}}\n",
      "pipeline.source.connection_arn", "should match pattern"),
     ("not YAML", "stages: [unclosed\n", "platform.yaml", "not valid YAML"),
-    ("not a mapping", "- dev\n- prod\n", "platform.yaml", "expected a mapping"),
+    ("not a mapping", "- dev\n- prod\n", "platform.yaml", "expected a mapping at the top"),
 ]  # fmt: skip
 
 
@@ -117,3 +117,17 @@ def test_instance_type_names_are_checked_against_the_catalog():
         adapter.validate_python("ml.g5.2xlarg")
     with pytest.raises(ValidationError, match=r"supported: ml\.p3\.16xlarge"):
         adapter.validate_python("ml.m5.large")
+
+
+def test_overlays_merge_over_the_config_and_are_named_in_errors(tmp_path):
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text("stages:\n  dev:\n    serving: {instance_type: ml.g4dn.xlarge, max_batch_size: 1}\n")
+    config = load_config(write(tmp_path, VALID), overlays=(overlay,))
+    assert config.stages["dev"].serving.instance_type == "ml.g4dn.xlarge"
+    assert config.stages["dev"].removal_policy == "destroy"  # untouched keys stay
+    assert config.stages["prod"].region == "eu-west-1"
+    overlay.write_text("stages:\n  dev:\n    serving: {instance_type: ml.g4dn.xlarge}\n")  # GPT-J with 4 sequences
+    with pytest.raises(
+        ConfigError, match=r"(?s)\+ overlay .*overlay\.yaml: invalid configuration:.*does not fit ml\.g4dn\.xlarge"
+    ):
+        load_config(write(tmp_path, VALID), overlays=(overlay,))
