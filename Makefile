@@ -28,7 +28,8 @@ export CDK_HOME := $(CURDIR)/.cdk-home
 export SAGEMAKER_SUPPRESS_V2_WARNING := 1
 export DS_ACCELERATOR := cpu
 
-.PHONY: help synth deploy diff destroy test lint format clean local-serve local-train
+.PHONY: help synth deploy diff destroy test lint format clean local-serve local-train acknowledgements diagram rehearse \
+	bench bench-gpu
 
 help:
 	@echo "make synth                 set up, synthesize every stage offline, print the plan"
@@ -38,6 +39,11 @@ help:
 	@echo "make destroy STAGE=dev [STACK=Serving]  delete a stage's stacks (or one); retained data and keys stay"
 	@echo "make local-serve           serve the inference handler on 127.0.0.1:\$$PORT (MODEL=dir|s3://..., default a tiny GPT-J)"
 	@echo "make local-train [STAGE=dev]  run the synthesized Train step through the SageMaker training toolkit, on CPU"
+	@echo "make rehearse [STAGE=prod]  deploy a stage onto moto's AWS emulator with the real CDK CLI, check it, destroy it"
+	@echo "make bench                 measure synth, handler, training, artifacts, cold start, suite into BENCHMARKS.md"
+	@echo "make bench-gpu [GPU_PYTHON=...]  the GPU figures (DeepSpeed vs HF generate, train.py tokens/s), on a CUDA GPU"
+	@echo "make diagram               redraw docs/architecture.md from the synthesized default config"
+	@echo "make acknowledgements      regenerate docs/acknowledgements.md (every cdk-nag finding acknowledged, and why)"
 	@echo "options: CONFIG=path/to/config.yaml (default $(CONFIG)), STAGE=name (default: all stages)"
 
 # --- set-up ---------------------------------------------------------------------------------------------------
@@ -51,6 +57,12 @@ $(VENV)/.synth-deps: requirements.txt
 $(VENV)/.test-deps: $(VENV)/.synth-deps requirements-dev.txt requirements-deepspeed.txt
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	DS_BUILD_OPS=0 $(PY) -m pip install --quiet --no-build-isolation -r requirements-deepspeed.txt
+	@touch $@
+
+# checkov lives in its own virtualenv: its pins would pull the project's boto3 and packaging below what they need.
+.venv-checkov/.installed: requirements-checkov.txt
+	@test -x .venv-checkov/bin/python || $(PYTHON) -m venv .venv-checkov
+	.venv-checkov/bin/python -m pip install --quiet -r requirements-checkov.txt
 	@touch $@
 
 node_modules/.installed: package.json package-lock.json
@@ -83,10 +95,40 @@ local-serve: $(VENV)/.test-deps
 local-train: $(VENV)/.test-deps synth
 	$(PY) -m local.train_step --assembly cdk.out $(if $(STAGE),--stage $(STAGE)) --work-dir .local-train
 
+# Offline deploy rehearsal: moto's server on 127.0.0.1, the pinned CLI, config/overlays/moto-rehearsal.yaml unless
+# OVERLAY names another.
+rehearse: $(VENV)/.test-deps node_modules/.installed
+	$(PY) -m rehearsal.rehearse --config $(CONFIG) $(if $(STAGE),--stage $(STAGE)) $(if $(OVERLAY),--overlay $(OVERLAY))
+
+# --- measurements -----------------------------------------------------------------------------------------------
+
+# BENCHMARKS.md, every figure side by side on this machine (about 10 minutes on 2 cores). BENCH_ONLY=synth,handler
+# measures some; BENCH_FRESH_CLONE=1 also times a fresh clone's set-up and make test (downloads everything).
+bench: $(VENV)/.test-deps .venv-checkov/.installed node_modules/.installed
+	$(PY) -m bench $(if $(BENCH_ONLY),--only $(BENCH_ONLY)) $(if $(BENCH_FRESH_CLONE),--fresh-clone)
+
+# The GPU section of BENCHMARKS.md. The project's venv has the CPU torch: on a GPU instance point GPU_PYTHON at an
+# interpreter with CUDA torch and DeepSpeed (the LMI DeepSpeed image's). Without a CUDA GPU it says so, changes nothing.
+bench-gpu: $(VENV)/.test-deps
+	$(or $(GPU_PYTHON),$(PY)) -m bench.gpu
+
 # --- checks ---------------------------------------------------------------------------------------------------
 
-test: $(VENV)/.test-deps node_modules/.installed lint
+test: $(VENV)/.test-deps .venv-checkov/.installed node_modules/.installed lint
 	$(PY) -m pytest
+
+# docs/acknowledgements.md: every cdk-nag acknowledgement of the default config and the promotion example.
+acknowledgements: $(VENV)/.synth-deps node_modules/.installed
+	$(CDK) synth --quiet -c config=config/default.yaml -o .acknowledgements/default
+	$(CDK) synth --quiet -c config=config/examples/promotion.yaml -o .acknowledgements/promotion
+	$(PY) -m stacks.acknowledgements .acknowledgements/default .acknowledgements/promotion > docs/acknowledgements.md
+	rm -rf .acknowledgements
+
+# docs/architecture.md: the diagrams of what the default config deploys, drawn from its synthesized templates.
+diagram: $(VENV)/.synth-deps node_modules/.installed
+	$(CDK) synth --quiet -c config=config/default.yaml -o .diagram
+	$(PY) -m stacks.diagram .diagram > docs/architecture.md
+	rm -rf .diagram
 
 lint: $(VENV)/.test-deps
 	$(VENV)/bin/ruff check .
@@ -97,4 +139,4 @@ format: $(VENV)/.test-deps
 	$(VENV)/bin/ruff check --fix .
 
 clean:
-	rm -rf cdk.out .cdk-home .pytest_cache .local-train
+	rm -rf cdk.out .cdk-home .pytest_cache .local-train .acknowledgements .diagram

@@ -12,16 +12,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Aspects, Duration, Stack, pipelines
+from aws_cdk import Duration, Stack, pipelines
 from aws_cdk import aws_codebuild as codebuild
 from aws_cdk import aws_codepipeline as codepipeline
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
-from cdk_nag import AwsSolutionsChecks, NagPackSuppression, NagSuppressions, RegexAppliesTo
+from cdk_nag import NagPackSuppression, NagSuppressions, RegexAppliesTo
 from constructs import Construct
 
+from stacks import compliance
 from stacks.config import PlatformConfig
 from stacks.serving_stack import smoke_test_role_name
 from stacks.stage import PlatformStage
@@ -86,7 +87,7 @@ class PipelineStack(Stack):
         self.stages: dict[str, PlatformStage] = {}
         for name in config.stages:
             stage = PlatformStage(self, name, config=config, stage_name=name, release=release)
-            Aspects.of(stage).add(AwsSolutionsChecks(verbose=True))
+            compliance.check(stage)
             self.stages[name] = stage
             pre = [pipelines.ManualApprovalStep(f"Approve-{name}", comment=f"Deploy {config.project} to {name}?")]
             post = [self._smoke_test(config, name, stage)] if name in promotion.smoke_test_after else []
@@ -160,59 +161,55 @@ class PipelineStack(Stack):
             )
 
     def _acknowledge_pipeline_findings(self) -> None:
-        """CDK Pipelines generates its roles, buckets and CodeBuild projects; what cdk-nag reports on them and why it
-        is acceptable, in one place."""
-        NagSuppressions.add_resource_suppressions(
-            self.pipeline,
-            [
-                NagPackSuppression(
-                    id="AwsSolutions-IAM5",
-                    reason="CDK's grants on the pipeline's own artifact bucket and key: every action and stage reads "
-                    "and writes the artifacts of this pipeline's executions there, and nothing else",
-                    applies_to=[
-                        "Action::s3:Abort*",
-                        "Action::s3:DeleteObject*",
-                        "Action::s3:GetBucket*",
-                        "Action::s3:GetObject*",
-                        "Action::s3:List*",
-                        "Action::kms:GenerateDataKey*",
-                        "Action::kms:ReEncrypt*",
-                        RegexAppliesTo(regex=r"/^Resource::<PipelineArtifactsBucket[0-9A-F]{8}\.Arn>\/\*$/"),
+        """CDK Pipelines generates its roles and artifact bucket; what cdk-nag reports on them and why it is
+        acceptable, acknowledged on exactly those resources."""
+        for node in self.pipeline.node.find_all():
+            if isinstance(node, iam.CfnPolicy):
+                NagSuppressions.add_resource_suppressions(node, PIPELINE_POLICY_ACKNOWLEDGEMENTS)
+            elif isinstance(node, s3.CfnBucket):
+                NagSuppressions.add_resource_suppressions(
+                    node,
+                    [
+                        NagPackSuppression(
+                            id="AwsSolutions-S1",
+                            reason="The pipeline's artifact bucket holds only build artifacts of this pipeline's "
+                            "executions, encrypted with its key; deployments are recorded by CloudFormation and "
+                            "CloudTrail",
+                        )
                     ],
-                ),
-                NagPackSuppression(
-                    id="AwsSolutions-IAM5",
-                    reason="CodeBuild creates a log stream and a report per build; each project writes only under "
-                    "its own /aws/codebuild log group and report groups (asset publishing: the pipeline's projects)",
-                    applies_to=[
-                        RegexAppliesTo(
-                            regex=r"/^Resource::arn:[^:]+:logs:[^:]+:\d{12}:log-group:\/aws\/codebuild\/.*$/"
-                        ),
-                        RegexAppliesTo(regex=r"/^Resource::arn:[^:]+:codebuild:[^:]+:\d{12}:report-group\/.*$/"),
-                    ],
-                ),
-                NagPackSuppression(
-                    id="AwsSolutions-IAM5",
-                    reason="Self-mutation and asset publishing assume the CDK bootstrap roles of the target "
-                    "accounts, found at run time and limited by condition to roles tagged as CDK bootstrap roles; "
-                    "reading stack status has no resource-level permissions",
-                    applies_to=["Resource::*", RegexAppliesTo(regex=r"/^Resource::arn:\*:iam::\d{12}:role\/\*$/")],
-                ),
-                NagPackSuppression(
-                    id="AwsSolutions-S1",
-                    reason="The pipeline's artifact bucket holds only build artifacts of this pipeline; its access "
-                    "is recorded by CloudTrail data events where the account enables them",
-                ),
-                NagPackSuppression(
-                    id="AwsSolutions-CB4",
-                    reason="CodeBuild encrypts its artifacts with the pipeline's artifact key (cross-account "
-                    "deployments) or with the AWS-managed key for S3; build projects hold no secrets",
-                ),
-                NagPackSuppression(
-                    id="AwsSolutions-KMS5",
-                    reason="The cross-account artifact key is created by CDK Pipelines with rotation enabled here "
-                    "(enable_key_rotation)",
-                ),
-            ],
-            apply_to_children=True,
-        )
+                )
+
+
+PIPELINE_POLICY_ACKNOWLEDGEMENTS = [
+    NagPackSuppression(
+        id="AwsSolutions-IAM5",
+        reason="CDK's grants on the pipeline's own artifact bucket and key: every action and stage reads and writes "
+        "the artifacts of this pipeline's executions there, and nothing else",
+        applies_to=[
+            "Action::s3:Abort*",
+            "Action::s3:DeleteObject*",
+            "Action::s3:GetBucket*",
+            "Action::s3:GetObject*",
+            "Action::s3:List*",
+            "Action::kms:GenerateDataKey*",
+            "Action::kms:ReEncrypt*",
+            RegexAppliesTo(regex=r"/^Resource::<PipelineArtifactsBucket[0-9A-F]{8}\.Arn>\/\*$/"),
+        ],
+    ),
+    NagPackSuppression(
+        id="AwsSolutions-IAM5",
+        reason="CodeBuild creates a log stream and a report per build; each project writes only under its own "
+        "/aws/codebuild log group and report groups (asset publishing: the pipeline's projects)",
+        applies_to=[
+            RegexAppliesTo(regex=r"/^Resource::arn:[^:]+:logs:[^:]+:\d{12}:log-group:\/aws\/codebuild\/.*$/"),
+            RegexAppliesTo(regex=r"/^Resource::arn:[^:]+:codebuild:[^:]+:\d{12}:report-group\/.*$/"),
+        ],
+    ),
+    NagPackSuppression(
+        id="AwsSolutions-IAM5",
+        reason="Self-mutation and asset publishing assume the CDK bootstrap roles of the target accounts, found at "
+        "run time and limited by condition to roles tagged as CDK bootstrap roles; reading stack status has no "
+        "resource-level permissions",
+        applies_to=["Resource::*", RegexAppliesTo(regex=r"/^Resource::arn:\*:iam::\d{12}:role\/\*$/")],
+    ),
+]

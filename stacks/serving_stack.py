@@ -8,6 +8,7 @@ from typing import Any
 from aws_cdk import CfnOutput, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import custom_resources as cr
 from cdk_nag import NagPackSuppression, NagSuppressions, RegexAppliesTo
@@ -73,7 +74,9 @@ class ServingStack(Stack):
             serving_properties=serving_properties,
             use="inference",
         )
-        weights_uri = self._weights_uri(serving, models_bucket, hosting_role, model_package_group, release)
+        weights_uri = self._weights_uri(
+            serving, models_bucket, hosting_role, model_package_group, release, encryption_key
+        )
         self.endpoint = LmiEndpoint(
             self,
             "Endpoint",
@@ -95,7 +98,13 @@ class ServingStack(Stack):
         )
 
     def _weights_uri(
-        self, serving: ServingConfig, models_bucket: s3.IBucket, role: iam.IRole, default_group: str, release: str
+        self,
+        serving: ServingConfig,
+        models_bucket: s3.IBucket,
+        role: iam.IRole,
+        default_group: str,
+        release: str,
+        encryption_key: kms.IKey,
     ) -> str:
         """The S3 prefix of the weights to serve; a model package's is read at deploy time, never at synth."""
         weights = serving.weights
@@ -136,6 +145,9 @@ class ServingStack(Stack):
             return weights.s3_uri
         # A registered model package: its container environment names the weights (set by the training pipeline's
         # Register step). Read when the stack deploys, never at synth.
+        lookup_logs = logs.LogGroup(
+            self, "ModelPackageLookupLogs", retention=logs.RetentionDays.ONE_YEAR, encryption_key=encryption_key
+        )
         if weights.source == "latest_approved":
             # The newest Approved version of the group. The release is part of the lookup's physical id: a new
             # release (every pipeline execution) looks again; a deploy by hand keeps what it found unless RELEASE
@@ -161,6 +173,7 @@ class ServingStack(Stack):
                     [iam.PolicyStatement(actions=["sagemaker:ListModelPackages"], resources=["*"])]
                 ),
                 install_latest_aws_sdk=False,
+                log_group=lookup_logs,
             )
             package_arn = latest.get_response_field("ModelPackageSummaryList.0.ModelPackageArn")
             package_resources = [self._package_versions_arn(group)]
@@ -181,6 +194,7 @@ class ServingStack(Stack):
                 [iam.PolicyStatement(actions=["sagemaker:DescribeModelPackage"], resources=package_resources)]
             ),
             install_latest_aws_sdk=False,
+            log_group=lookup_logs,
         )
         self._suppress_lookup_findings(*(c for c in (describe, latest) if c is not None))
         return describe.get_response_field("InferenceSpecification.Containers.0.Environment.WEIGHTS_S3_URI")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Environment, Stage, Tags
+from aws_cdk import Environment, RemovalPolicies, RemovalPolicy, Stage, Tags
 from constructs import Construct
 
 from stacks import serving_properties
@@ -112,3 +112,7 @@ class PlatformStage(Stage):
 
         for key, value in config.stage_tags(stage_name).items():
             Tags.of(self).add(key, value)
+        # What a stage keeps when its stacks are deleted is one decision, its removal_policy: every key and log group
+        # follows it, not CDK's per-construct defaults (buckets too, in StorageStack, which empties them first).
+        removal = RemovalPolicy.RETAIN if stage.removal_policy == "retain" else RemovalPolicy.DESTROY
+        RemovalPolicies.of(self).apply(removal, apply_to_resource_types=["AWS::KMS::Key", "AWS::Logs::LogGroup"])

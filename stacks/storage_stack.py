@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, CfnOutput, Duration, RemovalPolicy, Stack
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from cdk_nag import NagPackSuppression, NagSuppressions
@@ -53,6 +54,26 @@ class StorageStack(Stack):
             pending_window=Duration.days(30 if removal == RemovalPolicy.RETAIN else 7),
         )
 
+        # CloudWatch Logs encrypts the stage's log groups (custom-resource handlers) with this key too.
+        self.key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="EncryptStageLogGroups",
+                principals=[iam.ServicePrincipal(f"logs.{self.region}.amazonaws.com")],
+                actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
+                resources=["*"],
+                conditions={
+                    "ArnLike": {
+                        "kms:EncryptionContext:aws:logs:arn": self.format_arn(
+                            service="logs",
+                            resource="log-group",
+                            resource_name="*",
+                            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                        )
+                    }
+                },
+            )
+        )
+
         # Server access logs of the other buckets. S3 delivers access logs only to SSE-S3 buckets, so this one
         # alone is not encrypted with the stage's key.
         self.access_logs = s3.Bucket(
@@ -63,8 +84,10 @@ class StorageStack(Stack):
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
             enforce_ssl=True,
             minimum_tls_version=1.2,
+            versioned=True,  # logs are evidence: a deleted or overwritten log stays recoverable for a while
             lifecycle_rules=[
                 s3.LifecycleRule(id="expire-logs", expiration=ACCESS_LOG_RETENTION),
+                s3.LifecycleRule(id="expire-old-versions", noncurrent_version_expiration=Duration.days(30)),
                 s3.LifecycleRule(
                     id="abort-incomplete-uploads", abort_incomplete_multipart_upload_after=Duration.days(1)
                 ),
@@ -85,13 +108,14 @@ class StorageStack(Stack):
         buckets = {"encryption_key": self.key, "access_logs": self.access_logs, "removal_policy": removal}
         self.data_bucket = secure_bucket(self, "Data", versioned=True, **buckets)
         self.models_bucket = secure_bucket(self, "Models", versioned=True, **buckets)
-        # Code archives are content-addressed and never overwritten, so versions would only add cost. An archive
-        # no stack uses any more is tagged superseded (never deleted at once: a rollback or a running job may
-        # still need it) and expires after a grace period longer than the longest training job (28 days).
+        # Code archives are content-addressed and never overwritten; versioning costs nothing and guards against a
+        # mistaken delete. An archive no stack uses any more is tagged superseded (never deleted at once: a
+        # rollback or a running job may still need it) and expires after a grace period longer than the longest
+        # training job (28 days).
         self.artifacts_bucket = secure_bucket(
             self,
             "Artifacts",
-            versioned=False,
+            versioned=True,
             lifecycle_rules=[
                 s3.LifecycleRule(
                     id="expire-superseded-code",

@@ -29,7 +29,8 @@ def secure_bucket(
         encryption_key: customer-managed key for default encryption (bucket keys on, to cut KMS calls).
         access_logs: bucket receiving server access logs, under `<construct_id>/`.
         removal_policy: RETAIN keeps bucket and objects with the stack; DESTROY also empties it first.
-        versioned: keep old versions (data and models), expired after NONCURRENT_VERSION_RETENTION.
+        versioned: keep old versions (a delete or overwrite stays recoverable), expired after
+            NONCURRENT_VERSION_RETENTION.
         lifecycle_rules: extra rules, added after the defaults.
     """
     rules = [

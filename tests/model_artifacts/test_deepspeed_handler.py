@@ -3,6 +3,8 @@ same weights and seed, batches are padded on the left, and bad requests get a 4x
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -141,9 +143,21 @@ BAD_REQUESTS = [
         413,
         "above the model's context of 128 tokens",
     ),
+    (b'{"inputs": []}', 422, "inputs is an empty list"),
+    (b'{"inputs": "x", "parameters": {"max_new_tokens": "5"}}', 400, "parameters.max_new_tokens must be an integer"),
+    (b'{"inputs": "x", "parameters": {"do_sample": "yes"}}', 400, "parameters.do_sample must be true or false"),
+    (b'{"inputs": "x", "parameters": {"temperature": 0}}', 422, "parameters.temperature=0 is out of range"),
+    (b'{"inputs": "x", "parameters": {"top_p": 1.5}}', 422, "parameters.top_p=1.5 is out of range"),
+    (b'{"inputs": "x", "parameters": {"seed": -1}}', 422, "parameters.seed=-1 is out of range"),
+    (
+        ('{"inputs": "x", "parameters": {"stop": ' + json.dumps(["x"] * 17) + "}}").encode(),
+        413,
+        "parameters.stop has 17 strings",
+    ),
 ]
 
 
+@pytest.mark.bad_input("request")
 @pytest.mark.parametrize(("body", "status", "message"), BAD_REQUESTS)
 def test_bad_request_gets_a_4xx_and_the_next_request_is_served(
     body, status, message, loaded_service, make_input, read_output

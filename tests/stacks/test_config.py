@@ -88,6 +88,7 @@ INVALID = [
 ]  # fmt: skip
 
 
+@pytest.mark.bad_input("config")
 @pytest.mark.parametrize(("case", "text", "field", "explanation"), INVALID, ids=[row[0] for row in INVALID])
 def test_rejects_invalid_config_naming_file_and_field(tmp_path, case, text, field, explanation):
     with pytest.raises(ConfigError) as err:

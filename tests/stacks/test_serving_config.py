@@ -69,12 +69,14 @@ REJECTED = [
 ]  # fmt: skip
 
 
+@pytest.mark.bad_input("config")
 @pytest.mark.parametrize(("fields", "message"), [(r[1], r[2]) for r in REJECTED], ids=[r[0] for r in REJECTED])
 def test_rejects_endpoints_that_cannot_work(fields, message):
     with pytest.raises(ValidationError, match=message):
         serving(**fields)
 
 
+@pytest.mark.bad_input("config")
 def test_rejects_tensor_parallel_degree_not_dividing_the_heads(monkeypatch):
     # Every catalog model's head count divides 8; the SMP reference's GPT-J "xl" shape (25 heads) does not.
     from stacks.catalog import models
@@ -108,6 +110,11 @@ def test_startup_timeout_is_sized_from_the_weights_each_host_loads():
     assert serving(model="gpt-j-6b", startup_timeout_seconds=900).startup_timeout == 900
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "config").rglob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", [*sorted((REPO / "config").glob("*/*.yaml")), REPO / "config/default.yaml"], ids=lambda p: p.name
+)
 def test_every_shipped_config_loads(path):
-    assert load_config(path).stages
+    if path.parent.name == "overlays":  # overlays are partial: they only make sense over a full config
+        assert load_config(REPO / "config/default.yaml", overlays=(path,)).stages
+    else:
+        assert load_config(path).stages

@@ -68,15 +68,18 @@ def test_kms_buckets_log_access_to_the_log_bucket(assembly, stage):
 
 
 @pytest.mark.parametrize("stage", STAGES)
-def test_data_and_models_are_versioned_and_old_versions_expire(assembly, stage):
+def test_every_bucket_is_versioned_and_old_versions_expire(assembly, stage):
     found = buckets(assembly, stage)
-    for name in ["Data", "Models"]:
-        props = found[name]["Properties"]
-        assert props["VersioningConfiguration"] == {"Status": "Enabled"}
+    assert sorted(found) == sorted([*KMS_BUCKETS, "AccessLogs"])
+    for name, bucket in found.items():
+        props = bucket["Properties"]
+        assert props["VersioningConfiguration"] == {"Status": "Enabled"}, name
         rules = {r["Id"]: r for r in props["LifecycleConfiguration"]["Rules"]}
-        assert rules["expire-old-versions"]["NoncurrentVersionExpiration"] == {"NoncurrentDays": 30}
+        assert rules["expire-old-versions"]["NoncurrentVersionExpiration"] == {"NoncurrentDays": 30}, name
+        assert "AbortIncompleteMultipartUpload" in rules["abort-incomplete-uploads"], name
+    for name in KMS_BUCKETS:
+        rules = {r["Id"]: r for r in found[name]["Properties"]["LifecycleConfiguration"]["Rules"]}
         assert rules["abort-incomplete-uploads"]["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 7}
-    assert "VersioningConfiguration" not in found["Artifacts"]["Properties"]
 
 
 def test_prod_and_staging_retain_data_and_key(assembly):
@@ -215,3 +218,16 @@ def test_outputs_name_the_buckets_key_and_roles(assembly):
         "TrainingRoleArn",
         "HostingRoleArn",
     }
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_every_key_and_log_group_of_a_stage_follows_its_removal_policy(assembly, stage):
+    expected = "Delete" if stage == "dev" else "Retain"
+    kept = {
+        (stack, logical_id): (resource["DeletionPolicy"], resource["UpdateReplacePolicy"])
+        for stack in ("Storage", "Training", "Serving")
+        for kind in ("AWS::KMS::Key", "AWS::Logs::LogGroup")
+        for logical_id, resource in assembly.resources(stage, stack, kind).items()
+    }
+    assert len(kept) >= 6  # the stage key, the alarm topic's key, the code packaging logs of two stacks
+    assert set(kept.values()) == {(expected, expected)}, kept

@@ -55,6 +55,7 @@ REJECTED = [
 ]  # fmt: skip
 
 
+@pytest.mark.bad_input("config")
 @pytest.mark.parametrize(("fields", "message"), [(r[1], r[2]) for r in REJECTED], ids=[r[0] for r in REJECTED])
 def test_rejects_layouts_that_cannot_run(fields, message):
     with pytest.raises(ValidationError, match=message):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import re
 import shutil
 import signal
@@ -114,10 +115,9 @@ def test_keeps_only_the_newest_complete_checkpoints(reference_run) -> None:
     assert kept == ["step_00000030", "step_00000040"]
 
 
-def test_resumes_to_identical_weights_after_sigkill(
-    reference_run, train_script, tiny_assets, prepared_data, tmp_path, clean_environment, capsys
-) -> None:
-    arguments = train_arguments(tiny_assets, prepared_data, tmp_path, **RUN_OPTIONS)
+def run_train_py_until_killed(arguments: list[str], *, when: str) -> None:
+    """Run train.py as its own process and SIGKILL it (a spot interruption does not ask) at the first output line
+    starting with `when`."""
     environment = {key: value for key, value in os.environ.items() if not key.startswith("SM_")}
     environment.update({"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"})
     process = subprocess.Popen(
@@ -130,11 +130,19 @@ def test_resumes_to_identical_weights_after_sigkill(
     )
     assert process.stdout is not None
     for line in process.stdout:
-        if line.startswith("checkpoint saved: step=20"):
-            os.kill(process.pid, signal.SIGKILL)  # a spot interruption does not ask
+        if line.startswith(when):
+            os.kill(process.pid, signal.SIGKILL)
             break
     process.stdout.close()
-    assert process.wait(timeout=60) == -signal.SIGKILL
+    assert process.wait(timeout=60) == -signal.SIGKILL, f"train.py never printed a line starting with {when!r}"
+
+
+@pytest.mark.bad_input("kill")
+def test_resumes_to_identical_weights_after_sigkill(
+    reference_run, train_script, tiny_assets, prepared_data, tmp_path, clean_environment, capsys
+) -> None:
+    arguments = train_arguments(tiny_assets, prepared_data, tmp_path, **RUN_OPTIONS)
+    run_train_py_until_killed(arguments, when="checkpoint saved: step=20")
     assert not (tmp_path / "model").exists()
 
     # What a crash mid-write and a partial S3 restore leave behind: neither may be taken for a checkpoint, and the
@@ -164,3 +172,27 @@ def test_resumes_to_identical_weights_after_sigkill(
     resumed_metrics = json.loads((tmp_path / "output" / "metrics.json").read_text())
     assert [r["loss"] for r in resumed_metrics["train"]] == [r["loss"] for r in reference_metrics["train"]]
     assert resumed_metrics["validation"] == reference_metrics["validation"]
+
+
+# Kill points drawn once from a seeded generator: anywhere in the run, between checkpoints or right after one.
+RANDOM_KILL_STEPS = sorted(random.Random(2026).sample(range(3, RUN_OPTIONS["max_steps"]), 2))
+
+
+@pytest.mark.bad_input("kill")
+@pytest.mark.parametrize("kill_step", RANDOM_KILL_STEPS)
+def test_killed_at_a_random_step_resumes_to_identical_weights(
+    kill_step, reference_run, train_script, tiny_assets, prepared_data, tmp_path, clean_environment, capsys
+) -> None:
+    arguments = train_arguments(tiny_assets, prepared_data, tmp_path, **RUN_OPTIONS)
+    run_train_py_until_killed(arguments, when=f"step={kill_step} ")
+
+    capsys.readouterr()
+    train_script.run(arguments, {})
+    stdout = capsys.readouterr().out
+    # Past the first checkpoint interval there is a complete checkpoint to resume from (at step 10, the kill may
+    # land while the first one is being written: then the run starts over, which must also end identically).
+    if kill_step > RUN_OPTIONS["checkpoint_freq"]:
+        assert "resumed from checkpoint" in stdout
+    expected = load_file(reference_run["dir"] / "model" / "model.safetensors")
+    actual = load_file(tmp_path / "model" / "model.safetensors")
+    assert all(torch.equal(expected[name], actual[name]) for name in expected)

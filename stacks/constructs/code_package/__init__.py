@@ -35,7 +35,8 @@ class CodePackage(Construct):
     Args:
         source: folder to package (excluding caches: __pycache__, *.pyc).
         bucket: where the archive goes (the stage's artifacts bucket).
-        encryption_key: the bucket's KMS key (the handler encrypts the archive with it).
+        encryption_key: the bucket's KMS key (the handler encrypts the archive with it; it also encrypts the
+            handler's log groups).
         prefix: key prefix of this package, ending in '/'; archives land at `<prefix><sha256>/<archive_name>`.
         archive_name: file name, e.g. `sourcedir.tar.gz` or `model.tar.gz`.
         top_level_dir: put every file under this directory in the archive (LMI layout); '' = files at the top.
@@ -67,7 +68,7 @@ class CodePackage(Construct):
         if not source.is_dir():
             raise ValueError(f"CodePackage source {source} is not a directory")
         self.source = s3_assets.Asset(self, "Source", path=str(source), exclude=ASSET_EXCLUDES)
-        provider = _PackagingProvider.of(self)
+        provider = _PackagingProvider.of(self, encryption_key)
         provider.allow(self.source, bucket, encryption_key, prefix)
         resource = CustomResource(
             self,
@@ -98,12 +99,12 @@ class _PackagingProvider(Construct):
     ID = "CodePackaging"
 
     @classmethod
-    def of(cls, scope: Construct) -> _PackagingProvider:
+    def of(cls, scope: Construct, log_key: kms.IKey) -> _PackagingProvider:
         stack = Stack.of(scope)
         existing = stack.node.try_find_child(cls.ID)
-        return existing if isinstance(existing, cls) else cls(stack, cls.ID)
+        return existing if isinstance(existing, cls) else cls(stack, cls.ID, log_key=log_key)
 
-    def __init__(self, scope: Construct, construct_id: str) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, log_key: kms.IKey) -> None:
         super().__init__(scope, construct_id)
         self.handler_role = iam.Role(
             self,
@@ -111,7 +112,7 @@ class _PackagingProvider(Construct):
             assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
             description="Builds code archives for SageMaker; reads its source assets, writes only its prefixes",
         )
-        handler_logs = logs.LogGroup(self, "HandlerLogs", retention=logs.RetentionDays.ONE_YEAR)
+        handler_logs = logs.LogGroup(self, "HandlerLogs", retention=logs.RetentionDays.ONE_YEAR, encryption_key=log_key)
         handler_logs.grant_write(self.handler_role)
         self.handler = lambda_.Function(
             self,
@@ -132,7 +133,9 @@ class _PackagingProvider(Construct):
             assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
             description="CDK custom resource framework in front of the code packaging handler",
         )
-        framework_logs = logs.LogGroup(self, "FrameworkLogs", retention=logs.RetentionDays.ONE_YEAR)
+        framework_logs = logs.LogGroup(
+            self, "FrameworkLogs", retention=logs.RetentionDays.ONE_YEAR, encryption_key=log_key
+        )
         framework_logs.grant_write(framework_role)
         self.provider = cr.Provider(
             self,
@@ -140,6 +143,7 @@ class _PackagingProvider(Construct):
             on_event_handler=self.handler,
             framework_on_event_role=framework_role,
             log_group=framework_logs,
+            provider_function_env_encryption=log_key,
         )
         self.service_token = self.provider.service_token
         NagSuppressions.add_resource_suppressions(

@@ -92,6 +92,21 @@ def distribution(training: TrainingConfig) -> dict:
 # --- the offline SDK session and shared pieces ---------------------------------------------------------------
 
 
+@functools.cache
+def _offline_boto_session(region: str):
+    """One per region and process: botocore then parses each service model once, not once per definition."""
+    import boto3
+
+    return boto3.Session(region_name=region, aws_access_key_id="offline", aws_secret_access_key="offline")
+
+
+@functools.cache
+def _validate_sdk_config() -> None:
+    from sagemaker.config import validate_sagemaker_config
+
+    validate_sagemaker_config(SDK_CONFIG)
+
+
 @contextlib.contextmanager
 def offline_session(region: str) -> Iterator:
     """A PipelineSession that cannot reach AWS and reads no SDK config file.
@@ -102,18 +117,21 @@ def offline_session(region: str) -> Iterator:
     os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
     logging.getLogger("sagemaker").setLevel(logging.ERROR)  # config search and pipeline-variable notices
     import boto3
+    import sagemaker.session as sagemaker_session
     from sagemaker import utils as sagemaker_utils
-    from sagemaker.config import validate_sagemaker_config
     from sagemaker.workflow.pipeline_context import PipelineSession
 
-    offline = boto3.Session(region_name=region, aws_access_key_id="offline", aws_secret_access_key="offline")
+    offline = _offline_boto_session(region)
     boto3.DEFAULT_SESSION, previous_default = offline, boto3.DEFAULT_SESSION
     # The SDK re-validates its defaults config against a JSON schema on every lookup (60 per definition, 20 s in
-    # all); ours is a constant, validated once here, so the lookups skip it.
-    validate_sagemaker_config(SDK_CONFIG)
+    # all) and again in each Session (through the name sagemaker.session imported); ours is a constant, validated
+    # once per process here, so those skip it.
+    _validate_sdk_config()
+    skip_validation = lambda config: None  # noqa: E731
     try:
         with (
-            mock.patch.object(sagemaker_utils, "validate_sagemaker_config", lambda config: None),
+            mock.patch.object(sagemaker_utils, "validate_sagemaker_config", skip_validation),
+            mock.patch.object(sagemaker_session, "validate_sagemaker_config", skip_validation),
             warnings.catch_warnings(),
         ):
             # "Running within a PipelineSession, there will be No Wait, No Logs...": exactly the point.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 import sys
 import tarfile
 import zipfile
@@ -200,30 +201,44 @@ def test_bad_properties_are_rejected_before_any_work(s3, overrides, message):
         handler.on_event(event("Create", **overrides))
 
 
-def test_s3_failure_mid_upload_leaves_nothing_at_the_final_key(s3, monkeypatch):
-    # Incompressible data large enough for a multipart upload; the second part fails.
-    put_asset(s3, {**SOURCE, "weights.bin": os.urandom(10 * 1024 * 1024)})
+# (S3 operation that fails, which call of it fails, a large (multipart) archive?, the error the resource reports)
+S3_FAULTS = [
+    ("UploadPart", 2, True, "could not upload s3://artifacts/code/inference-deepspeed/"),
+    ("CompleteMultipartUpload", 1, True, "could not upload s3://artifacts/code/inference-deepspeed/"),
+    ("PutObject", 1, False, "could not upload s3://artifacts/code/inference-deepspeed/"),
+    ("HeadObject", 2, False, "could not check s3://artifacts/code/inference-deepspeed/"),  # the 1st reads the asset
+    ("GetObject", 1, False, "could not read source asset s3://cdk-hnb659fds-assets-111111111111-us-east-1/asset.zip"),
+]
+
+
+@pytest.mark.bad_input("s3_fault")
+@pytest.mark.parametrize(("operation", "nth", "large", "message"), S3_FAULTS, ids=[f"{f[0]}#{f[1]}" for f in S3_FAULTS])
+def test_an_s3_failure_leaves_nothing_at_the_final_key_and_a_retry_succeeds(
+    s3, monkeypatch, operation, nth, large, message
+):
+    # Incompressible data makes a multipart upload (over boto3's 8 MiB threshold) where the case needs one.
+    put_asset(s3, {**SOURCE, "weights.bin": os.urandom(10 * 1024 * 1024)} if large else SOURCE)
     real_client = boto3.client
-    parts = []
+    calls = []
 
     def flaky_client(*args, **kwargs):
         c = real_client(*args, **kwargs)
 
-        def fail_second_part(**_):
-            parts.append(1)
-            if len(parts) == 2:
-                raise ClientError({"Error": {"Code": "InternalError", "Message": "injected"}}, "UploadPart")
+        def fail_nth(**_):
+            calls.append(operation)
+            if len(calls) == nth:
+                raise ClientError({"Error": {"Code": "InternalError", "Message": "injected"}}, operation)
 
-        c.meta.events.register("before-call.s3.UploadPart", fail_second_part)
+        c.meta.events.register(f"before-call.s3.{operation}", fail_nth)
         return c
 
     monkeypatch.setattr(handler.boto3, "client", flaky_client)
-    with pytest.raises(handler.PackagingError, match="could not upload s3://artifacts/code/inference-deepspeed/"):
+    with pytest.raises(handler.PackagingError, match=re.escape(message)):
         handler.on_event(event("Create"))
-    assert len(parts) >= 2
+    assert len(calls) >= nth
     assert objects(s3) == []
     assert s3.list_multipart_uploads(Bucket=ARTIFACTS).get("Uploads", []) == []
 
-    monkeypatch.setattr(handler.boto3, "client", real_client)  # S3 recovers; the retry succeeds
+    monkeypatch.setattr(handler.boto3, "client", real_client)  # S3 recovers; CloudFormation's retry succeeds
     result = handler.on_event(event("Create"))
     assert objects(s3) == [result["Data"]["Key"]]

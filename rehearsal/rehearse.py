@@ -1,0 +1,350 @@
+"""Deploy rehearsal: one stage through the real CDK CLI onto moto's AWS emulator, checked, destroyed, checked.
+
+    make rehearse                                            # the first stage that retains its data (staging)
+    .venv/bin/python -m rehearsal.rehearse --stage prod      # another stage with removal_policy retain
+    .venv/bin/python -m rehearsal.rehearse --config path/to/config.yaml --keep
+
+Steps: start moto's server on 127.0.0.1 (a free port); `cdk synth` the stage with the rehearsal overlay (moto
+rejects g5 endpoints); `cdk bootstrap`; `cdk deploy` (asset publishing, change sets); check what the emulator can
+represent against the templates; `cdk deploy` again (must change nothing); put an object in the data bucket;
+`cdk destroy`; check that everything marked Retain survives, the object too, and that the endpoint is gone.
+Prints PASS/FAIL per check and what moto does not emulate. Exit status: 0 all passed, 1 a check failed,
+2 the rehearsal could not be set up. Nothing can reach AWS: see `cdk_cli.environment`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rehearsal import cdk_cli, checks, gaps, retention
+from rehearsal.assembly import StackTemplate, read_stage
+from rehearsal.deployment import Aws, Deployment
+from rehearsal.findings import Check, Finding, Gap
+from rehearsal.server import Emulator, EmulatorError, running_emulator
+
+DEFAULT_CONFIG = "config/default.yaml"
+DEFAULT_OVERLAY = "config/overlays/moto-rehearsal.yaml"
+# Put in the data bucket before the destroy; it must still be there, unchanged, afterwards.
+RETAINED_OBJECT_KEY = "raw/rehearsal/retained-object.txt"
+RETAINED_OBJECT_BODY = b"Put by the deploy rehearsal before cdk destroy; a retained bucket keeps it.\n"
+
+
+class SetupError(Exception):
+    """The rehearsal cannot start (bad arguments, a stage it cannot rehearse); exit status 2."""
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m rehearsal.rehearse",
+        description="Deploy one stage onto moto's AWS emulator through the real CDK CLI, check it, destroy it.",
+    )
+    parser.add_argument("--config", default=DEFAULT_CONFIG, help=f"the platform config (default {DEFAULT_CONFIG})")
+    parser.add_argument(
+        "--overlay",
+        default=DEFAULT_OVERLAY,
+        help=f"overlays merged over the config, comma-separated (default {DEFAULT_OVERLAY}: what moto cannot take)",
+    )
+    parser.add_argument(
+        "--stage", help="the stage to rehearse; it must retain its data (default: the first such stage of the config)"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, cloud assembly)")
+    return parser.parse_args(argv)
+
+
+# --- the stage and why ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StageChoice:
+    name: str
+    why: str
+    overlay_changes: list[str]  # `serving.instance_type ml.g5.2xlarge -> ml.g4dn.xlarge`
+    real: Any  # the stage's StageConfig as configured
+    rehearsed: Any  # the same with the overlays merged over it
+
+
+def choose_stage(config_path: str, overlays: tuple[str, ...], requested: str | None) -> StageChoice:
+    """The stage to rehearse, why, and what the overlays change in it. Raises SetupError when it cannot be."""
+    from stacks.config import ConfigError, load_config
+
+    try:
+        real = load_config(config_path)
+        rehearsed = load_config(config_path, overlays=overlays)
+    except ConfigError as err:
+        raise SetupError(str(err)) from None
+    retaining = [name for name, stage in real.stages.items() if stage.removal_policy == "retain"]
+    if requested is None:
+        if not retaining:
+            raise SetupError(f"{config_path}: no stage has removal_policy retain; the rehearsal checks retained data")
+        stage = retaining[0]
+        why = (
+            f"{stage} is the first stage in promotion order that keeps its data (removal_policy: retain), so "
+            "'retained data survives cdk destroy' tests the real setting, not one changed for the rehearsal"
+        )
+    else:
+        if requested not in real.stages:
+            raise SetupError(f"{config_path}: no stage named {requested!r}; stages: {', '.join(real.stages)}")
+        if requested not in retaining:
+            raise SetupError(
+                f"stage {requested} deletes its data with the stack (removal_policy: destroy, emptied by "
+                "Custom::S3AutoDeleteObjects, a Lambda custom resource moto cannot run), and the rehearsal checks "
+                f"that retained data survives cdk destroy; choose a stage with removal_policy retain: "
+                f"{', '.join(retaining) or 'none in this config'}"
+            )
+        stage, why = requested, f"{requested} was asked for; it keeps its data (removal_policy: retain)"
+    changes = _changes(real.stages[stage].model_dump(), rehearsed.stages[stage].model_dump())
+    return StageChoice(stage, why, changes, real.stages[stage], rehearsed.stages[stage])
+
+
+def _changes(before: Any, after: Any, path: str = "") -> list[str]:
+    if isinstance(before, dict) and isinstance(after, dict):
+        return [c for key in before | after for c in _changes(before.get(key), after.get(key), f"{path}.{key}")]
+    return [] if before == after else [f"{path.lstrip('.')} {before} -> {after}"]
+
+
+# --- output --------------------------------------------------------------------------------------------------
+
+
+class Report:
+    """Progress lines with the time since the start, PASS/FAIL lines, and the findings for the summary."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.findings: list[Finding] = []
+
+    def step(self, text: str) -> None:
+        print(f"[{time.monotonic() - self.started:6.1f}s] {text}", flush=True)
+
+    def heading(self, text: str) -> None:
+        print(text, flush=True)
+
+    def add(self, findings: Finding | list[Finding]) -> None:
+        for finding in findings if isinstance(findings, list) else [findings]:
+            self.findings.append(finding)
+            if isinstance(finding, Check):
+                print(f"  {'PASS' if finding.passed else 'FAIL'}  {finding.name}: {finding.detail}", flush=True)
+
+    @property
+    def checks(self) -> list[Check]:
+        return [f for f in self.findings if isinstance(f, Check)]
+
+    @property
+    def gaps(self) -> list[Gap]:
+        return [f for f in self.findings if isinstance(f, Gap)]
+
+    @property
+    def failed(self) -> bool:
+        return any(not c.passed for c in self.checks)
+
+    @property
+    def exit_status(self) -> int:
+        """0 when checks ran and all passed; 1 otherwise (a run that checked nothing proved nothing)."""
+        return 0 if self.checks and not self.failed else 1
+
+    def summary(self) -> str:
+        failed = [c.name for c in self.checks if not c.passed]
+        seconds = time.monotonic() - self.started
+        return (
+            f"Result: {len(self.checks)} checks, {len(self.checks) - len(failed)} passed, {len(failed)} failed "
+            f"({seconds:.1f} s)" + (f": {', '.join(failed)}" if failed else "")
+        )
+
+
+def run_check(report: Report, name: str, check: Callable[..., Finding | list[Finding]], *args: Any) -> None:
+    """A check that raises is a failed check (with the error), and the rehearsal goes on."""
+    try:
+        report.add(check(*args))
+    except Exception as err:  # reported as a failed check, with the error: never swallowed
+        report.add(Check(name, False, f"the check itself failed: {type(err).__name__}: {err}"))
+
+
+def cli_step(report: Report, what: str, run: cdk_cli.CliRun) -> bool:
+    if run.ok:
+        report.step(f"{what} ({run.seconds:.1f} s)")
+        return True
+    report.step(f"{what}: FAILED after {run.seconds:.1f} s")
+    report.add(Check(what.split(":")[0], False, f"cdk {' '.join(run.args)} exited {run.returncode}:\n{run.tail()}"))
+    return False
+
+
+# --- the rehearsal -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Rehearsal:
+    """What one run needs and learns as it goes (the gaps section reads it, however far the run got)."""
+
+    config: str
+    overlay: str
+    stage: str
+    region: str
+    work_dir: Path
+    stacks: list[StackTemplate] = field(default_factory=list)
+    outputs: dict[str, dict[str, str]] = field(default_factory=dict)  # stack name -> output key -> value
+
+    @property
+    def context(self) -> list[str]:
+        """The app's context; paths made absolute, since the CLI runs from the repository root."""
+        overlays = ",".join(str(Path(p).resolve()) for p in self.overlay.split(",") if p)
+        return ["-c", f"config={Path(self.config).resolve()}", "-c", f"overlay={overlays}", "-c", f"stage={self.stage}"]
+
+
+def rehearse(args: argparse.Namespace, work_dir: Path, report: Report) -> None:
+    overlays = tuple(p for p in args.overlay.split(",") if p)
+    choice = choose_stage(args.config, overlays, args.stage)
+    run = Rehearsal(args.config, args.overlay, choice.name, choice.real.region, work_dir)
+    overlay_text = f" + overlay {args.overlay}" if overlays else ", no overlay"
+    report.heading(f"Deploy rehearsal of stage {run.stage} ({args.config}{overlay_text}) on moto")
+    report.heading(f"  why {run.stage}: {choice.why}")
+    report.heading(f"  overlay, for this rehearsal only: {'; '.join(choice.overlay_changes) or 'no changes'}")
+    report.heading(f"  work directory (logs, cloud assembly): {work_dir}")
+
+    # A stage that names its account is deployed there (the CLI checks the credentials' account against it).
+    with running_emulator(work_dir / "moto-server.log", account=choice.real.account) as emulator:
+        report.step(f"emulator: moto's server on 127.0.0.1:{emulator.port} (clients use {emulator.endpoint_url})")
+        aws = Aws(emulator.endpoint_url, run.region)
+        account = aws("sts").get_caller_identity()["Account"]
+        probe = gaps.probe_instance_type(aws, choice.real.serving.instance_type, account=account)
+        deploy_check_destroy(run, report, emulator, aws, account)
+    report.step("emulator stopped")
+    print_gaps(run, report, emulator.log.read_text(errors="replace"), probe, choice)
+
+
+def deploy_check_destroy(run: Rehearsal, report: Report, emulator: Emulator, aws: Aws, account: str) -> None:
+    env = cdk_cli.environment(endpoint_url=emulator.endpoint_url, region=run.region, work_dir=run.work_dir)
+    assembly, logs = run.work_dir / "cdk.out", run.work_dir / "logs"
+    logs.mkdir(exist_ok=True)
+    selector = f"{run.stage}/*"
+
+    synth = cdk_cli.run(["synth", "--quiet", "--output", str(assembly), *run.context], env=env, log=logs / "synth.log")
+    if not cli_step(report, f"synth: cdk synth of stage {run.stage}, into the work directory", synth):
+        return
+    run.stacks = read_stage(assembly, run.stage)
+    # Bootstrap, deploys and destroy read the synthesized assembly: one synth, and exactly what is checked.
+    app = ["--app", str(assembly)]
+    environment = f"aws://{account}/{run.region}"
+    bootstrap = cdk_cli.run(["bootstrap", environment, *app], env=env, log=logs / "bootstrap.log")
+    if not cli_step(report, f"bootstrap: cdk bootstrap {environment}", bootstrap):
+        return
+    deploy_args = ["deploy", selector, *app, "--require-approval", "never"]
+    deploy = cdk_cli.run(deploy_args, env=env, log=logs / "deploy.log")
+    if not cli_step(report, f"deploy: cdk deploy '{selector}' ({len(run.stacks)} stacks)", deploy):
+        return
+
+    report.heading("checks after deploy:")
+    deployment = Deployment.read(aws, run.stacks, account=account, region=run.region)
+    run.outputs = _deployed_outputs(aws, run.stacks)
+    for check in checks.AFTER_DEPLOY:
+        run_check(report, check.__name__, check, deployment)
+
+    events_before = checks.stack_event_counts(aws, run.stacks)
+    redeploy = cdk_cli.run(deploy_args, env=env, log=logs / "redeploy.log")
+    if not cli_step(report, f"redeploy: cdk deploy '{selector}' again, nothing changed", redeploy):
+        return
+    events_after = checks.stack_event_counts(aws, run.stacks)
+    run_check(
+        report, "redeploy", checks.redeploy_changed_nothing, run.stacks, redeploy.output, events_before, events_after
+    )
+
+    data_bucket = next((o["DataBucketName"] for o in run.outputs.values() if "DataBucketName" in o), None)
+    if data_bucket is None:
+        report.add(Check("retained data", False, "no stack has the output DataBucketName, where the object goes"))
+        return
+    aws("s3").put_object(Bucket=data_bucket, Key=RETAINED_OBJECT_KEY, Body=RETAINED_OBJECT_BODY)
+    report.step(f"put s3://{data_bucket}/{RETAINED_OBJECT_KEY} (the data bucket)")
+    # Read before the destroy: afterwards the stacks' resource lists are gone.
+    retained = retention.retained_resources(deployment)
+    billing = {
+        resource_type: physical_id.rsplit("/", 1)[-1]
+        for resource_type in ("AWS::SageMaker::Endpoint", "AWS::SageMaker::EndpointConfig", "AWS::SageMaker::Model")
+        for _, _, _, physical_id in deployment.resources(resource_type)
+    }
+    roles_before = _role_names(aws)
+
+    destroy = cdk_cli.run(["destroy", selector, *app, "--force"], env=env, log=logs / "destroy.log")
+    if not cli_step(report, f"destroy: cdk destroy --force '{selector}'", destroy):
+        return
+    report.heading("checks after destroy:")
+    run_check(report, "stacks deleted", retention.stacks_deleted, aws, run.stacks)
+    run_check(report, "retained resources survive", retention.retained_survive, aws, retained)
+    run_check(
+        report, "retained data", retention.object_survives, aws, data_bucket, RETAINED_OBJECT_KEY, RETAINED_OBJECT_BODY
+    )
+    run_check(report, "endpoint deleted", retention.billing_resources_deleted, aws, billing)
+    recreated = gaps.recreated_roles_gap(roles_before, _role_names(aws), [s.stack_name for s in run.stacks])
+    if recreated:
+        report.add(recreated)
+
+
+def _deployed_outputs(aws: Aws, stacks: list[StackTemplate]) -> dict[str, dict[str, str]]:
+    cloudformation = aws("cloudformation")
+    return {
+        s.stack_name: {
+            o["OutputKey"]: o["OutputValue"]
+            for o in cloudformation.describe_stacks(StackName=s.stack_name)["Stacks"][0].get("Outputs", [])
+        }
+        for s in stacks
+    }
+
+
+def _role_names(aws: Aws) -> set[str]:
+    return {r["RoleName"] for page in aws("iam").get_paginator("list_roles").paginate() for r in page["Roles"]}
+
+
+def print_gaps(
+    run: Rehearsal, report: Report, server_log: str, probe: gaps.InstanceTypeProbe, choice: StageChoice
+) -> None:
+    skipped = gaps.skipped_types(server_log)
+    report.heading("\nWhat moto does not emulate (so no check above covers it):")
+    lines = [gaps.instance_type_line(probe, choice.rehearsed.serving.instance_type, choice.overlay_changes)]
+    if skipped:
+        lines.append(
+            "resource types moto skips (its log: 'Tried to parse ... but it's not supported'; the stack still says "
+            "CREATE_COMPLETE and nothing is created): " + "; ".join(gaps.skipped_type_lines(run.stacks, server_log))
+        )
+    outputs = {name: set(values) for name, values in run.outputs.items()}
+    lines += gaps.custom_resource_lines(run.stacks, outputs, skipped) if run.outputs else []
+    lines += [f"{gap.what}: {gap.why}" for gap in report.gaps]
+    lines += gaps.fix_lines()
+    for line in lines:
+        first, *rest = line.split("\n")
+        report.heading(f"  - {first}")
+        for more in rest:
+            report.heading(f"    {more}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    # As the Makefile exports it: the jsii runtime behind `import aws_cdk` (config validation) otherwise prints
+    # its Node 20 end-of-life banner when this process exits.
+    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+    args = parse_args(argv)
+    work_dir = Path(tempfile.mkdtemp(prefix="rehearsal-"))
+    report = Report()
+    try:
+        rehearse(args, work_dir, report)
+    except SetupError as err:
+        print(f"rehearsal: {err}", file=sys.stderr)
+        shutil.rmtree(work_dir, ignore_errors=True)
+        return 2
+    except EmulatorError as err:
+        print(f"rehearsal: {err}\n(work directory kept: {work_dir})", file=sys.stderr)
+        return 2
+    print(f"\n{report.summary()}", flush=True)
+    if report.exit_status or args.keep:
+        print(f"Kept the work directory for inspection: {work_dir}", flush=True)
+    else:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    return report.exit_status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

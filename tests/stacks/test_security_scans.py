@@ -1,0 +1,72 @@
+"""Security scans beyond the template assertions: cdk-nag's three packs, checkov, and the acknowledgement page."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from stacks.acknowledgements import render as render_acknowledgements
+from tests.cdk_assembly import REPO
+
+CHECKOV = REPO / ".venv-checkov" / "bin" / "checkov"
+PACKS = ("AwsSolutions", "NIST.800.53.R5", "HIPAA.Security")
+
+
+@pytest.mark.parametrize("pack", PACKS)
+def test_every_pack_checked_every_stack(assembly, pack):
+    reports = {p.name for p in assembly.outdir.glob(f"{pack}-*-NagReport.csv")}
+    assert {
+        f"{pack}-{stage}-llm-platform-{stage}-{stack}-NagReport.csv"
+        for stage in ("dev", "staging", "prod")
+        for stack in ("storage", "training", "serving")
+    } <= reports
+
+
+def run_checkov(outdir) -> dict:
+    result = subprocess.run(
+        # --skip-download: no call to the vendor's platform for guidelines; the checks ship with checkov.
+        [
+            str(CHECKOV),
+            "--skip-download",
+            "-d",
+            str(outdir),
+            "--framework",
+            "cloudformation",
+            "--quiet",
+            "--compact",
+            "-o",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    reports = json.loads(result.stdout)
+    return reports[0] if isinstance(reports, list) else reports
+
+
+@pytest.mark.parametrize("which", ["assembly", "promotion_assembly"])
+def test_checkov_finds_nothing_unacknowledged(request, which):
+    report = run_checkov(request.getfixturevalue(which).outdir)
+    failed = [(f["check_id"], f["resource"], f["file_path"]) for f in report["results"]["failed_checks"]]
+    assert failed == []
+    assert report["summary"]["passed"] > 500
+
+
+def test_every_checkov_skip_is_on_one_resource_with_its_reason(promotion_assembly):
+    skips = [
+        (stage, stack, logical_id, skip)
+        for stage, stacks in promotion_assembly.templates.items()
+        for stack, template in stacks.items()
+        for logical_id, resource in template["Resources"].items()
+        for skip in resource.get("Metadata", {}).get("checkov", {}).get("skip", [])
+    ]
+    assert skips
+    assert all(len(skip["comment"]) > 40 and skip["id"].startswith("CKV_") for *_, skip in skips)
+
+
+def test_the_acknowledgement_page_is_current(assembly, promotion_assembly):
+    expected = render_acknowledgements([assembly.outdir, promotion_assembly.outdir])
+    assert (REPO / "docs" / "acknowledgements.md").read_text() == expected, "run `make acknowledgements`"
