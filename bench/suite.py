@@ -4,7 +4,8 @@ clone.
 The suite runs as `make test` runs it after lint (`.venv/bin/python -m pytest`), with `-q --durations=0` added and
 the Makefile's environment. The fresh clone is `git clone` of this repository (its committed HEAD: uncommitted work
 is not in it) into a temporary folder, then, in it, the Makefile's set-up targets (the virtualenv with every
-requirement, node_modules) and then `make test` itself; it downloads and installs everything, so it takes minutes.
+requirement, checkov's own virtualenv, node_modules) and then `make test` itself; it downloads and installs
+everything, so it takes minutes.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from bench.synth import children_cpu, environment
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TARGET_SECONDS = 180.0
-SETUP_TARGETS = (".venv/.test-deps", "node_modules/.installed")
+SETUP_TARGETS = (".venv/.test-deps", ".venv-checkov/.installed", "node_modules/.installed")
 
 
 @dataclass
@@ -189,7 +190,8 @@ def clone_markdown(clone: FreshCloneResult | None) -> str:
     lines += [
         f"`git clone` of this repository (HEAD {clone.commit[:12]}) into a temporary folder, then in it the "
         f"Makefile's set-up (`make {' '.join(clone.setup_targets)}`: the virtualenv with every pinned requirement, "
-        "and node_modules from package-lock.json), then `make test` (lint and the whole suite). 1 run.",
+        "checkov's virtualenv and node_modules from package-lock.json), then `make test` (lint and the whole "
+        "suite). 1 run.",
         "",
         "| step | s |",
         "|---|---:|",

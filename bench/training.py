@@ -174,7 +174,7 @@ def bare_steps_per_second(data: tuple[Path, Path, Path, Path], steps: int, windo
     return (steps - window) / (time.perf_counter() - started)
 
 
-def run(*, pairs: int = 5, steps: int = 110, window: int = 10, threads: int = 1, log: Any = print) -> TrainingResult:
+def run(*, pairs: int = 9, steps: int = 110, window: int = 10, threads: int = 1, log: Any = print) -> TrainingResult:
     import torch
 
     if steps % window or steps < 2 * window:

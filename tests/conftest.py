@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+from pathlib import Path
 
 import pytest
 
@@ -14,19 +16,36 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 # instead, and tests that run app.py in a subprocess turn it back on.
 os.environ.setdefault("CDK_VALIDATION", "false")
 
-from tests.cdk_assembly import REPO, Assembly, synthesize
+from tests.cdk_assembly import REPO, Assembly, read_assembly, synthesize
+
+
+def synthesized_once(tmp_path_factory: pytest.TempPathFactory, name: str, config: Path) -> Assembly:
+    """`config` synthesized once per test run, however many pytest-xdist workers ask: the first synthesizes into a
+    folder they share while holding a lock, the others read what it wrote (a synthesis costs 5-8 s)."""
+    # Under xdist each worker's base temp is a folder of the run's own; without it, the base temp is the run's.
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if "PYTEST_XDIST_WORKER" in os.environ else base
+    outdir, error_file = shared / name, shared / f"{name}.error"
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if (outdir / "manifest.json").is_file():
+            return read_assembly(outdir, error_file.read_text() if error_file.is_file() else None)
+        assembly = synthesize(config, outdir)
+        if assembly.error is not None:
+            error_file.write_text(assembly.error)
+        return assembly
 
 
 @pytest.fixture(scope="session")
 def assembly(tmp_path_factory: pytest.TempPathFactory) -> Assembly:
-    """The default config (dev, staging, prod), synthesized once for the whole session."""
-    return synthesize(REPO / "config" / "default.yaml", tmp_path_factory.mktemp("cdk.out"))
+    """The default config (dev, staging, prod), synthesized once for the whole run."""
+    return synthesized_once(tmp_path_factory, "default-assembly", REPO / "config" / "default.yaml")
 
 
 @pytest.fixture(scope="session")
 def promotion_assembly(tmp_path_factory: pytest.TempPathFactory) -> Assembly:
     """config/examples/promotion.yaml: three accounts and the promotion pipeline, synthesized once."""
-    return synthesize(REPO / "config" / "examples" / "promotion.yaml", tmp_path_factory.mktemp("promotion"))
+    return synthesized_once(tmp_path_factory, "promotion-assembly", REPO / "config" / "examples" / "promotion.yaml")
 
 
 # --- the bad-input suite: counted, and the counts printed at the end of every run ---------------------------------
