@@ -102,7 +102,7 @@ rehearse: $(VENV)/.test-deps node_modules/.installed
 
 # --- measurements -----------------------------------------------------------------------------------------------
 
-# BENCHMARKS.md, every figure side by side on this machine (about 10 minutes on 2 cores). BENCH_ONLY=synth,handler
+# BENCHMARKS.md, every figure side by side on this machine (about 7 minutes on 2 cores). BENCH_ONLY=synth,handler
 # measures some; BENCH_FRESH_CLONE=1 also times a fresh clone's set-up and make test (downloads everything).
 bench: $(VENV)/.test-deps .venv-checkov/.installed node_modules/.installed
 	$(PY) -m bench $(if $(BENCH_ONLY),--only $(BENCH_ONLY)) $(if $(BENCH_FRESH_CLONE),--fresh-clone)

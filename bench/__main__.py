@@ -1,6 +1,6 @@
 """`make bench`: every benchmark, side by side, written to BENCHMARKS.md with the machine they ran on.
 
-    python -m bench                                  # all of them (about 10 minutes on 2 cores)
+    python -m bench                                  # all of them (about 7 minutes on 2 cores)
     python -m bench --only synth,handler             # some: synth, handler, training, artifacts, cold-start, suite
     python -m bench --runs 5                         # interleaved synth pairs (default 3)
     python -m bench --fresh-clone                    # also git clone + make test set-up (minutes, downloads)

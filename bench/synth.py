@@ -626,7 +626,7 @@ def _target(result: SynthResult, *, sdk: float) -> list[str]:
         f"the whole app adds on top is {whole - minimal:.1f} s. What it would take, the minimal app unchanged (with "
         "validation):",
         "",
-        "| whole app | s | ratio | target |",
+        "| whole app | s | ratio to the minimal app's median | target |",
         "|---|---:|---:|---|",
     ]
     options: list[tuple[str, float]] = [
