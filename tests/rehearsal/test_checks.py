@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
-from moto import mock_aws
-
 from rehearsal import checks
 from rehearsal.assembly import StackTemplate
-from rehearsal.deployment import Aws, Deployment
+from rehearsal.deployment import Deployment
 from rehearsal.findings import Gap
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
-
-
-@pytest.fixture
-def aws():
-    with mock_aws():
-        yield Aws(None, REGION)  # moto in-process intercepts the default endpoints
 
 
 def storage_stack(bucket_properties: dict) -> StackTemplate:

@@ -2,21 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
-from moto import mock_aws
-
 from rehearsal import gaps
 from rehearsal.assembly import StackTemplate
-from rehearsal.deployment import Aws
 
-REGION = "us-east-1"
 ACCOUNT = "123456789012"
-
-
-@pytest.fixture
-def aws():
-    with mock_aws():
-        yield Aws(None, REGION)  # moto in-process intercepts the default endpoints
 
 
 def test_moto_rejects_a_g5_endpoint_and_the_probe_leaves_nothing_behind(aws):

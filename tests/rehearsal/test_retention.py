@@ -2,21 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
-from moto import mock_aws
-
 from rehearsal import retention
-from rehearsal.deployment import Aws
 from rehearsal.retention import Retained
 
-REGION = "us-east-1"
 ACCOUNT = "123456789012"
-
-
-@pytest.fixture
-def aws():
-    with mock_aws():
-        yield Aws(None, REGION)  # moto in-process intercepts the default endpoints
 
 
 def test_retained_resources_pass_only_while_there_and_keys_only_while_enabled(aws):
