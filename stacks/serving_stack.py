@@ -265,30 +265,3 @@ class ServingStack(Stack):
                 ],
                 apply_to_children=True,
             )
-
-    def _smoke_test_role(self, endpoint_name: str, pipeline_name: str, account: str) -> CfnOutput:
-        """What the promotion pipeline's smoke test may do in this stage: invoke and describe the endpoint and look
-        up the fine-tuning pipeline. Named, so the pipeline (in another account, perhaps) can name it too."""
-        role = iam.Role(
-            self,
-            "SmokeTestRole",
-            role_name=smoke_test_role_name(endpoint_name),
-            description=f"Assumed by the promotion pipeline's smoke test of {endpoint_name}",
-            assumed_by=iam.AccountPrincipal(account),
-        )
-        role.add_to_policy(
-            iam.PolicyStatement(
-                actions=["sagemaker:InvokeEndpoint", "sagemaker:DescribeEndpoint"],
-                resources=[self.format_arn(service="sagemaker", resource="endpoint", resource_name=endpoint_name)],
-            )
-        )
-        role.add_to_policy(
-            iam.PolicyStatement(
-                actions=["sagemaker:DescribePipeline"],
-                resources=[self.format_arn(service="sagemaker", resource="pipeline", resource_name=pipeline_name)],
-            )
-        )
-        return CfnOutput(self, "SmokeTestRoleArn", value=role.role_arn)
-
-    def _package_versions_arn(self, group: str) -> str:
-        return self.format_arn(service="sagemaker", resource="model-package", resource_name=f"{group}/*")
