@@ -7,10 +7,14 @@ config loads, so a combination the job would reject a few minutes (and a p4d bil
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from stacks.config import TrainingConfig
+
+# What the training, prepare and evaluate jobs install at start (sagemaker_submit_directory's requirements.txt).
+TRAINING_REQUIREMENTS = Path(__file__).resolve().parents[1] / "training" / "requirements.txt"
 
 # Where SageMaker puts a training job's channels and outputs (what train.py reads from SM_* by default).
 CONTAINER_PATHS = {
@@ -76,11 +80,18 @@ def hyperparameters(training: TrainingConfig, *, max_steps: Any, learning_rate: 
 
 
 def check_with_train_py(training: TrainingConfig) -> None:
-    """Run train.py's start-up checks on what the job will receive; ValueError with train.py's message if it
-    would refuse to start."""
+    """Run train.py's start-up checks on what the job will receive, with the transformers version that
+    training/requirements.txt pins for the job's Python; ValueError with train.py's message if it would refuse to
+    start."""
+    from stacks.catalog.images import training_framework
     from training.finetune.errors import ConfigurationError
     from training.finetune.hyperparameters import parse_hyperparameters
-    from training.finetune.layout import check_layout, check_model_for_layout, parse_layout
+    from training.finetune.layout import (
+        check_layout,
+        check_model_for_layout,
+        check_smp_v1_tensor_parallelism,
+        parse_layout,
+    )
 
     flags = hyperparameters(
         training,
@@ -95,5 +106,49 @@ def check_with_train_py(training: TrainingConfig) -> None:
         layout = parse_layout(smp_parameters(training))
         check_layout(hp, layout, backend, training.world_size)
         check_model_for_layout(training.catalog_model.architecture, layout, backend)
+        python = _python_version(training_framework(training.smp.version)[1])
+        check_smp_v1_tensor_parallelism(
+            training.catalog_model.architecture,
+            pinned_version(TRAINING_REQUIREMENTS, "transformers", python),
+            layout,
+            backend,
+            f"pinned in training/requirements.txt for the training image's Python {python}",
+        )
     except ConfigurationError as error:
         raise ValueError(f"train.py would refuse to start: {error}") from None
+
+
+def _python_version(py_version: str) -> str:
+    """'py39' -> '3.9' (the DLC tag's form to PEP 508's python_version)."""
+    return f"{py_version[2]}.{py_version[3:]}"
+
+
+def pinned_version(requirements: Path, package: str, python_version: str) -> str:
+    """The exact version requirements.txt pins for `package` where python_version is `python_version` (environment
+    markers evaluated as pip would); ValueError if there is no single exact pin."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    pins = []
+    for number, line in enumerate(requirements.read_text().splitlines(), start=1):
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement as error:
+            raise ValueError(f"{requirements}:{number}: {error}") from None
+        if requirement.name.lower() != package or (
+            requirement.marker and not requirement.marker.evaluate({"python_version": python_version})
+        ):
+            continue
+        specifiers = list(requirement.specifier)
+        if len(specifiers) != 1 or specifiers[0].operator != "==":
+            raise ValueError(
+                f"{requirements}:{number}: {package} must be pinned exactly ({package}==<version>), got {text!r}"
+            )
+        pins.append(specifiers[0].version)
+    if len(pins) != 1:
+        raise ValueError(
+            f"{requirements} must pin {package} exactly once for Python {python_version}, found {pins or 'none'}"
+        )
+    return pins[0]

@@ -75,11 +75,11 @@ def locate_model(model_dir: Path, scratch: Path) -> Path:
 
 def evaluate(model_dir: Path, validation_dir: str, batch_size: int) -> dict[str, Any]:
     import torch
-    from transformers import AutoModelForCausalLM
+    from finetune.modeling import load_hf_model
 
     blocks = read_blocks(validation_dir, "validation")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir))
+    model = load_hf_model(str(model_dir))  # transformers 4.21 (the SMP v1 pin) cannot read safetensors itself
     if device.type == "cpu" and model.dtype in (torch.float16, torch.bfloat16):
         model = model.float()  # half-precision matmuls are slow or missing on CPU
     model = model.to(device).eval()

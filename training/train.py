@@ -23,7 +23,8 @@ Run it one of these ways (from this folder; every flag is listed by `python trai
     "smdistributed": {"modelparallel": {"enabled": true, "parameters": {"hybrid_shard_degree": ...}}}}.
     With --backend auto (default) the backend follows mp_parameters and the libraries present.
 
-Exit status: 0 on success, 2 when a flag, layout, channel or data problem is found (the message says what to change).
+Exit status: 0 on success, 2 when a flag, layout, channel, model/tokenizer folder or data problem is found (the
+message says what to change).
 """
 
 from __future__ import annotations

@@ -2,22 +2,36 @@
 `smdistributed.modelparallel.torch` (SMP v1) and `torch.sagemaker` (SMP v2).
 
 They are not the libraries. They implement just enough of the documented API (sagemaker-python-sdk v2.199.0
-`smd_model_parallel_pytorch.rst` / `smd_model_parallel_common_api.rst`; the AWS SMP v2 guide and examples) to run
+`smd_model_parallel_pytorch.rst` / `smd_model_parallel_common_api.rst`; the AWS SMP v2 guide and examples), checked
+against SMP v1's own code where it is public (SMP 1.12.1 in tkazusa/smdistributed_modelparallel@b5e06a8), to run
 train.py's SMP code paths on one CPU process, and they raise `ApiMisuse` where the real library would fail or
 silently misbehave:
 
-SMP v1: smp.init() before anything else; the model built inside smp.model_creation(...); one DistributedModel;
-the optimizer created from the DistributedModel's parameters (after wrapping) and then wrapped by
+SMP v1: smp.init() before anything else, with SMP's config rules (tensor_parallel_degree > 1 needs ddp,
+prescaled_batch needs optimize "speed", bf16 excludes fp16); the model built inside smp.model_creation(...); one
+DistributedModel; the optimizer created from the DistributedModel's parameters (after wrapping) and then wrapped by
 DistributedOptimizer; set_activation_checkpointing on modules of the wrapped model, after DistributedModel; the
 DistributedModel called only inside an @smp.step function, and backward through model.backward(loss), never
 loss.backward(); batches divisible into `microbatches`; save_checkpoint/resume_from_checkpoint called with the
-documented signatures and objects; optimizer and model state loaded at the first step after a resume (as SMP
-defers it until partitioning).
+documented signatures and objects; model and optimizer state loaded at the first step (SMP defers loading until it
+has partitioned the model), in the order the loads were asked for.
 
-SMP v2: torch.distributed initialized before tsm.init(); tsm.transform() only after init, only on a model not
-yet wrapped by FSDP, only for model types SMP v2 supports; grad_norm.clip_grad_norm_ on the FSDP-wrapped model.
+SMP v1 tensor parallelism (smp_standin_gptj.py): a GPT-J created inside smp.model_creation(tensor_parallelism=True)
+(train.py asks for it when tensor_parallel_degree > 1) is replaced at smp.DistributedModel by a freshly initialized, non-HF
+DistributedTransformerLMHead with SMP's parameter names, but only when `transformers.__version__` (read at smp.init,
+as SMP reads it at import) is one SMP supports; otherwise SMP logs a warning and the model stays whole (recorded as a
+"warning" call). state_dict()/local_state_dict() use the module's own names (SMP's under tensor parallelism; no
+wrapper prefixes), partial checkpoints store them, full checkpoints gather and, with translate_if_full, translate
+them to HF names; load_state_dict() of a full HF state dict translates it to SMP names.
 
-What they do NOT prove: that partitioning, pipelining, tensor parallelism, fp16 loss scaling, sharding, NCCL
+The stand-in is rank 0 of one model replica: size() = tensor x pipeline parallel degree, rdp_size() = 1, every
+rank 0; it holds the whole model, so "gathers" are local.
+
+SMP v2 (smp_standin_v2.py): torch.distributed initialized before tsm.init(); tsm.transform() only after init, only
+on a model not yet wrapped by FSDP, only for model types SMP v2 supports; grad_norm.clip_grad_norm_ on the
+FSDP-wrapped model.
+
+What they do NOT prove: that partitioning, pipelining, tensor-parallel slicing, fp16 loss scaling, sharding, NCCL
 collectives or the real checkpoint file formats work, or that the real libraries accept every argument value.
 Those run only in the containers on GPUs.
 """
@@ -33,13 +47,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import smp_standin_gptj as gptj
 import torch
 import torch.distributed as dist
+from smp_standin_v1_wrappers import ApiMisuse, DistributedModel, DistributedOptimizer
 from torch import nn
-
-
-class ApiMisuse(AssertionError):
-    """The script used the library in a way the real one forbids."""
 
 
 def _ensure_process_group() -> None:
@@ -54,7 +66,7 @@ def _ensure_process_group() -> None:
 # --------------------------------------------------------------------------------------------------------------
 
 
-# One process: every rank is 0 and every group has size 1.
+# The topology queries; the stand-in is rank 0 of one model replica (see the module docstring).
 TOPOLOGY = (
     "rank",
     "size",
@@ -96,13 +108,16 @@ class SmpV1:
     def __init__(self) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.config: dict[str, Any] | None = None
+        self.transformers_version: str | None = None
         self.created_inside: set[int] = set()
-        self.creating = False
+        self.marked_for_tensor_parallelism: set[int] = set()
+        self.translate_functions: list[tuple[Any, Any]] = []  # (smp_to_hf, hf_to_smp) of each replaced module
         self.model: Any = None
         self.optimizer: Any = None
         self.in_step = False
         self.in_backward = False
-        self.pending_load: tuple[Path, str] | None = None
+        self.pending_model_loads: list[tuple[dict[str, Any], bool]] = []
+        self.pending_optimizer_state: dict[str, Any] | None = None
         self.steps = 0
 
     # --- bookkeeping ---
@@ -116,31 +131,56 @@ class SmpV1:
         if self.config is None:
             raise ApiMisuse(f"smp.{what} called before smp.init()")
 
-    # --- init and topology (one process) ---
+    # --- init and topology ---
     def init(self, config: dict[str, Any] | None = None) -> None:
+        import transformers
+
         if self.config is not None:
             raise ApiMisuse("smp.init() called twice")
         launcher = json.loads(os.environ.get("SM_HP_MP_PARAMETERS", "{}"))
         # "values set in the launcher override these" (reference script)
-        self.config = {**(config or {}), **launcher}
+        merged = {**(config or {}), **launcher}
+        # SMP's config rules (backend/config.yaml `requires`): it refuses these at init.
+        if int(merged.get("tensor_parallel_degree", 1)) > 1 and not merged.get("ddp"):
+            raise ApiMisuse("tensor_parallel_degree > 1 requires ddp to be set to True")
+        if merged.get("prescaled_batch") and merged.get("optimize", "speed") != "speed":
+            raise ApiMisuse("prescaled_batch requires optimize to be set to speed")
+        if merged.get("bf16") and merged.get("fp16"):
+            raise ApiMisuse("bf16 requires fp16 to be set to False")
+        self.config = merged
+        # SMP reads the version when it is imported (predefined_hooks.py); init is the stand-in's first call.
+        self.transformers_version = transformers.__version__
         self.record("init", config=dict(self.config))
+        if not self.hf_tensor_parallelism:
+            self.record(
+                "warning",
+                message=f"Found unsupported HuggingFace version {self.transformers_version} for automated tensor "
+                "parallelism. HuggingFace modules will not be automatically distributed.",
+            )
         _ensure_process_group()
+
+    @property
+    def hf_tensor_parallelism(self) -> bool:
+        return self.transformers_version in gptj.SUPPORTED_HF_VERSIONS
+
+    def _degrees(self) -> tuple[int, int]:
+        config = self.config or {}
+        pipeline = config.get("pipeline_parallel_degree", config.get("partitions", 1))
+        return int(config.get("tensor_parallel_degree", 1)), int(pipeline)
 
     def _one(self, what: str) -> Any:
         def value() -> int:
             self._require_init(what)
-            return 0 if what.endswith("rank") else 1
+            if what.endswith("rank"):
+                return 0
+            tp, pp = self._degrees()
+            sizes = {"size": tp * pp, "local_size": tp * pp, "dp_size": tp, "rdp_size": 1, "tp_size": tp}
+            return {**sizes, "pp_size": pp, "mp_size": tp * pp}[what]
 
         return value
 
     def __getattr__(self, name: str) -> Any:
-        topology = {f"{prefix}_{kind}" for prefix in ("dp", "rdp", "tp", "pp", "mp") for kind in ("rank", "size")} | {
-            "rank",
-            "size",
-            "local_rank",
-            "local_size",
-        }
-        if name in topology:
+        if name in TOPOLOGY:
             return self._one(name)
         raise AttributeError(name)
 
@@ -166,19 +206,21 @@ class SmpV1:
         self._require_init("model_creation")
         self.record("model_creation", tensor_parallelism=tensor_parallelism, dtype=dtype)
         original_init = nn.Module.__init__
-        created = self.created_inside
+        created, marked = self.created_inside, self.marked_for_tensor_parallelism
+        # Only classes registered at import are marked, and with an unsupported transformers none is.
+        mark = tensor_parallelism and self.hf_tensor_parallelism
 
         def tracking_init(module: nn.Module, *args: Any, **kwargs: Any) -> None:
             original_init(module, *args, **kwargs)
             created.add(id(module))
+            if mark and gptj.distributable(module):
+                marked.add(id(module))
 
         nn.Module.__init__ = tracking_init  # type: ignore[method-assign]
-        self.creating = True
         try:
             yield
         finally:
             nn.Module.__init__ = original_init  # type: ignore[method-assign]
-            self.creating = False
 
     def DistributedModel(self, module: nn.Module, trace_device: str = "gpu", **options: Any) -> DistributedModel:
         self._require_init("DistributedModel")
@@ -189,6 +231,16 @@ class SmpV1:
         if trace_device not in ("cpu", "gpu"):
             raise ApiMisuse(f"trace_device must be 'cpu' or 'gpu', got {trace_device!r}")
         self.record("DistributedModel", trace_device=trace_device, **options)
+        if id(module) in self.marked_for_tensor_parallelism:
+            count = sum(parameter.numel() for parameter in module.parameters())
+            distributed = gptj.DistributedTransformerLMHead(module)
+            if sum(parameter.numel() for parameter in distributed.parameters()) != count:
+                raise ApiMisuse("NumParametersNotMatchError: the distributed module changed the parameter count")
+            self.translate_functions.append(
+                (gptj.translate_state_dict_to_hf_gptj, gptj.translate_hf_state_dict_to_smdistributed_gptj)
+            )
+            self.record("distributed", original=type(module).__name__, replacement=type(distributed).__name__)
+            module = distributed
         self.model = DistributedModel(self, module)
         return self.model
 
@@ -273,22 +325,28 @@ class SmpV1:
         self.record("save_checkpoint", path=path, tag=tag, partial=partial, translate_if_full=translate_if_full)
         root = Path(path)
         if partial:
+            # Each (pp_rank, tp_rank) writes its own files; the stand-in is rank (0, 0).
             folder = root / f"{tag}_partial"
             folder.mkdir(parents=True, exist_ok=True)
             if model is not None:
                 torch.save(model.local_state_dict(), folder / "model_0_0.pt")
             if optimizer is not None:
-                torch.save(optimizer.local_state_dict(), folder / "optimizer_0_0.pt")
+                torch.save(optimizer.local_state_dict(), folder / "optimizer_states_0_0.pt")
             if user_content is not None:
                 torch.save(user_content, folder / "user_content.pt")
             torch.save(dict(self.config or {}), folder / "smp_config.pt")
             with (root / "newest").open("a") as handle:
                 handle.write(f"{tag}_partial\n")
         else:
-            if optimizer is not None:
-                raise ApiMisuse("full checkpoints do not hold the optimizer")
+            # checkpoint.py save_model_checkpoint: gathered on rdp_rank 0, translated and written by rank 0 only.
             root.mkdir(parents=True, exist_ok=True)
-            torch.save(model.state_dict(), root / tag)
+            state_dict = model.state_dict()
+            if translate_if_full:
+                for smp_to_hf, _ in self.translate_functions:
+                    state_dict = smp_to_hf(state_dict)
+            else:
+                state_dict["_smp_is_partial"] = False
+            torch.save(state_dict, root / tag)
             if user_content is not None:
                 torch.save(user_content, root / f"user_content_{tag}")
 
@@ -305,24 +363,38 @@ class SmpV1:
         self._require_init("resume_from_checkpoint")
         root = Path(path)
         if tag is None:
+            if not partial:
+                raise ApiMisuse("tag is required to load a full checkpoint!")
             tag = (root / "newest").read_text().splitlines()[-1][: -len("_partial")]
+        if self.model is None:
+            raise ApiMisuse("the stand-in resumes only after smp.DistributedModel (as train.py does)")
+        self.record("resume_from_checkpoint", path=path, tag=tag, partial=partial)
+        if not partial:
+            if not (root / tag).is_file():
+                raise ApiMisuse(f"Checkpoint {root / tag} does not exist!")
+            self.model.load_state_dict(torch.load(root / tag), strict=strict, translate_function=translate_function)
+            return None
         folder = root / f"{tag}_partial"
         if not folder.is_dir():
             raise ApiMisuse(f"checkpoint {folder} does not exist")
-        self.record("resume_from_checkpoint", path=path, tag=tag, partial=partial)
-        self.pending_load = (folder, tag)
+        self.model.load_state_dict(torch.load(folder / "model_0_0.pt"), strict=strict)
+        if load_optimizer:
+            self.pending_optimizer_state = torch.load(folder / "optimizer_states_0_0.pt")
         user_content = folder / "user_content.pt"
         return torch.load(user_content, weights_only=False) if user_content.is_file() else None
 
     def _load_pending(self) -> None:
-        """SMP loads resumed state at the first step, after partitioning."""
-        if self.pending_load is None:
+        """SMP loads state after partitioning, at the first step, in the order it was asked for."""
+        if not self.pending_model_loads and self.pending_optimizer_state is None:
             return
-        folder, _ = self.pending_load
-        self.model.module.load_state_dict(_strip(torch.load(folder / "model_0_0.pt")))
+        for state_dict, strict in self.pending_model_loads:
+            self.model.module.load_state_dict(state_dict, strict=strict)
+        self.pending_model_loads = []
         if self.optimizer is not None:
-            self.optimizer.optimizer.load_state_dict(torch.load(folder / "optimizer_0_0.pt"))
-        self.pending_load = None
+            self.optimizer.refresh_masters()  # the fp16 optimizer's fp32 copies follow the loaded weights
+            if self.pending_optimizer_state is not None:
+                self.optimizer.optimizer.load_state_dict(self.pending_optimizer_state)
+        self.pending_optimizer_state = None
         self.record("deferred_load")
 
     def modules(self) -> dict[str, ModuleType]:
@@ -339,6 +411,15 @@ class SmpV1:
         for name in TOPOLOGY:
             setattr(torch_module, name, self._one(name))
         torch_module.stand_in = self  # type: ignore[attr-defined]
+        nn_module = ModuleType("smdistributed.modelparallel.torch.nn")
+        huggingface = ModuleType("smdistributed.modelparallel.torch.nn.huggingface")
+        gptj_module = ModuleType("smdistributed.modelparallel.torch.nn.huggingface.gptj")
+        for name in ("translate_state_dict_to_hf_gptj", "translate_hf_state_dict_to_smdistributed_gptj"):
+            setattr(gptj_module, name, getattr(gptj, name))
+        nn_module.DistributedTransformerLMHead = gptj.DistributedTransformerLMHead  # type: ignore[attr-defined]
+        nn_module.huggingface = huggingface  # type: ignore[attr-defined]
+        huggingface.gptj = gptj_module  # type: ignore[attr-defined]
+        torch_module.nn = nn_module  # type: ignore[attr-defined]
         parent = ModuleType("smdistributed.modelparallel")
         parent.torch = torch_module  # type: ignore[attr-defined]
         parent.__version__ = "1.15.0-stand-in"  # type: ignore[attr-defined]
@@ -348,207 +429,7 @@ class SmpV1:
             "smdistributed": root,
             "smdistributed.modelparallel": parent,
             "smdistributed.modelparallel.torch": torch_module,
+            "smdistributed.modelparallel.torch.nn": nn_module,
+            "smdistributed.modelparallel.torch.nn.huggingface": huggingface,
+            "smdistributed.modelparallel.torch.nn.huggingface.gptj": gptj_module,
         }
-
-
-def _strip(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {name.removeprefix("module."): tensor for name, tensor in state_dict.items()}
-
-
-class DistributedModel(nn.Module):
-    def __init__(self, smp: SmpV1, module: nn.Module) -> None:
-        super().__init__()
-        self._smp = smp
-        self.module = module
-        for parameter in module.parameters():
-            parameter.register_hook(self._check_gradient_source)
-
-    def _check_gradient_source(self, grad: torch.Tensor) -> torch.Tensor:
-        if not self._smp.in_backward:
-            raise ApiMisuse(
-                "gradients computed outside model.backward(): smp needs model.backward(loss), not loss.backward()"
-            )
-        return grad
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        if not self._smp.in_step:
-            raise ApiMisuse("the DistributedModel can only be called inside an @smp.step function")
-        return self.module(*args, **kwargs)
-
-    def backward(self, tensors: torch.Tensor, grad_tensors: Any = None) -> None:
-        if not self._smp.in_step:
-            raise ApiMisuse("model.backward can only be called inside an @smp.step function")
-        microbatches = int((self._smp.config or {}).get("microbatches", 1))
-        self._smp.in_backward = True
-        try:
-            # SMP averages gradients across microbatches (average_grads_across_microbatches=True).
-            (tensors / microbatches).backward(grad_tensors)
-        finally:
-            self._smp.in_backward = False
-
-    def get_module(self) -> nn.Module:
-        return self.module
-
-    def local_parameters(self) -> Any:
-        return self.module.parameters()
-
-    def is_distributed_parameter(self, parameter: nn.Parameter) -> bool:
-        return False
-
-    def local_state_dict(self) -> dict[str, torch.Tensor]:
-        return self.state_dict()
-
-
-class DistributedOptimizer:
-    """With mp_parameters fp16, like SMP's FP16 optimizer: fp32 master weights, master-gradient clipping, and a
-    skipped step (overflow=True) when a gradient is not finite."""
-
-    def __init__(self, smp: SmpV1, optimizer: torch.optim.Optimizer) -> None:
-        self._smp = smp
-        self.overflow = False
-        self.fp16 = bool((smp.config or {}).get("fp16"))
-        self._pairs: list[tuple[nn.Parameter, nn.Parameter]] = []
-        if self.fp16:
-            groups = []
-            for group in optimizer.param_groups:
-                masters = []
-                for parameter in group["params"]:
-                    master = nn.Parameter(parameter.detach().float().clone())
-                    self._pairs.append((parameter, master))
-                    masters.append(master)
-                groups.append({**{key: value for key, value in group.items() if key != "params"}, "params": masters})
-            optimizer = type(optimizer)(groups)  # each group carries its own hyperparameters
-        self.optimizer = optimizer
-        self._master_grads_ready = False
-
-    @property
-    def param_groups(self) -> list[dict[str, Any]]:
-        return self.optimizer.param_groups
-
-    def _copy_grads_to_masters(self) -> None:
-        if self.fp16 and not self._master_grads_ready:
-            for parameter, master in self._pairs:
-                master.grad = None if parameter.grad is None else parameter.grad.detach().float()
-            self._master_grads_ready = True
-
-    def clip_master_grads(self, max_norm: float) -> torch.Tensor:
-        if not self.fp16:
-            raise ApiMisuse("clip_master_grads exists only on the fp16 optimizer (mp_parameters fp16=true)")
-        self._smp.record("clip_master_grads", max_norm=max_norm)
-        self._copy_grads_to_masters()
-        return torch.nn.utils.clip_grad_norm_([master for _, master in self._pairs], max_norm)
-
-    def step(self) -> None:
-        self._smp.record("optimizer.step")
-        if not self.fp16:
-            self.optimizer.step()
-            return
-        self._copy_grads_to_masters()
-        grads = [master.grad for _, master in self._pairs if master.grad is not None]
-        self.overflow = not all(bool(torch.isfinite(grad).all()) for grad in grads)
-        if not self.overflow:
-            self.optimizer.step()
-            with torch.no_grad():
-                for parameter, master in self._pairs:
-                    parameter.copy_(master.to(parameter.dtype))
-        self._master_grads_ready = False
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self.optimizer.zero_grad(set_to_none=set_to_none)
-        for parameter, _ in self._pairs:
-            parameter.grad = None
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.optimizer.state_dict()
-
-    def local_state_dict(self) -> dict[str, Any]:
-        return self.optimizer.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state)
-
-
-# --------------------------------------------------------------------------------------------------------------
-# SMP v2
-# --------------------------------------------------------------------------------------------------------------
-
-SMP_V2_TRANSFORMABLE = {"gpt_neox", "llama", "mistral", "mixtral"}
-
-
-class SmpV2:
-    """The stand-in for `torch.sagemaker`; `modules()` returns what to place in sys.modules."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, dict[str, Any]]] = []
-        self.initialized = False
-        self._state = ModuleType("torch.sagemaker.state")
-
-    def record(self, name: str, **details: Any) -> None:
-        self.calls.append((name, details))
-
-    def names(self) -> list[str]:
-        return [name for name, _ in self.calls]
-
-    @property
-    def state(self) -> Any:
-        if not self.initialized:
-            raise ApiMisuse("torch.sagemaker.state read before tsm.init()")
-        return self._state
-
-    def init(self, config: Any = None) -> None:
-        if not dist.is_initialized():
-            raise ApiMisuse("tsm.init() needs torch.distributed initialized first (dist.init_process_group)")
-        if self.initialized:
-            raise ApiMisuse("tsm.init() called twice")
-        parameters = json.loads(os.environ.get("SM_HP_MP_PARAMETERS", "{}"))
-        if isinstance(config, dict):
-            parameters = {**config, **parameters}
-        self._state.tensor_parallel_degree = int(parameters.get("tensor_parallel_degree", 1))
-        self._state.hybrid_shard_degree = int(parameters.get("hybrid_shard_degree", 0))
-        self._state.sm_activation_offloading = bool(parameters.get("sm_activation_offloading", False))
-        self.initialized = True
-        self.record("init", parameters=parameters)
-
-    def transform(self, model: nn.Module, **options: Any) -> nn.Module:
-        from torch.distributed.fsdp import FullyShardedDataParallel
-
-        if not self.initialized:
-            raise ApiMisuse("tsm.transform() called before tsm.init()")
-        if isinstance(model, FullyShardedDataParallel) or any(
-            isinstance(module, FullyShardedDataParallel) for module in model.modules()
-        ):
-            raise ApiMisuse("tsm.transform() must run before the model is wrapped with FSDP")
-        model_type = getattr(getattr(model, "config", None), "model_type", None)
-        if model_type not in SMP_V2_TRANSFORMABLE:
-            raise ApiMisuse(f"SMP v2 cannot transform model type {model_type!r}")
-        self.record("transform", model_type=model_type, **options)
-        return model
-
-    def clip_grad_norm_(self, model: nn.Module, max_norm: float, **options: Any) -> torch.Tensor:
-        from torch.distributed.fsdp import FullyShardedDataParallel
-
-        fsdp = (
-            model if isinstance(model, FullyShardedDataParallel) else getattr(model, "_checkpoint_wrapped_module", None)
-        )
-        if not isinstance(fsdp, FullyShardedDataParallel):
-            raise ApiMisuse("torch.sagemaker.grad_norm.clip_grad_norm_ takes the FSDP-wrapped model")
-        self.record("clip_grad_norm_", max_norm=max_norm)
-        return fsdp.clip_grad_norm_(max_norm)
-
-    def modules(self) -> dict[str, ModuleType]:
-        package = ModuleType("torch.sagemaker")
-        package.init = self.init  # type: ignore[attr-defined]
-        package.transform = self.transform  # type: ignore[attr-defined]
-        stand_in = self
-
-        class _Module(ModuleType):
-            @property
-            def state(self) -> Any:  # tsm.state is only readable after tsm.init()
-                return stand_in.state
-
-        package.__class__ = _Module
-        grad_norm = ModuleType("torch.sagemaker.grad_norm")
-        grad_norm.clip_grad_norm_ = self.clip_grad_norm_  # type: ignore[attr-defined]
-        package.grad_norm = grad_norm  # type: ignore[attr-defined]
-        package.stand_in = self  # type: ignore[attr-defined]
-        return {"torch.sagemaker": package, "torch.sagemaker.grad_norm": grad_norm}

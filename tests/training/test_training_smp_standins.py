@@ -21,7 +21,8 @@ from finetune.hyperparameters import parse_hyperparameters
 from finetune.layout import parse_layout
 from finetune.modeling import build_model, load_model_source
 from safetensors.torch import load_file
-from smp_standins import ApiMisuse, SmpV1, SmpV2
+from smp_standin_v2 import SmpV2
+from smp_standins import ApiMisuse, SmpV1
 from training_helpers import train_arguments
 
 from local.tiny import build_config
@@ -100,11 +101,12 @@ def test_smp_v1_path_follows_the_library_contract_and_resumes(
     saves = [details for name, details in smp.calls if name == "save_checkpoint"]
     assert saves[0]["partial"] is True and saves[0]["tag"] == "step_00000003"
     assert saves[0]["path"].endswith(".tmp-step_00000003")  # written under the temporary name, then renamed
-    assert saves[-1]["partial"] is False and saves[-1]["tag"] == "fullmodel.pt" and saves[-1]["translate_if_full"]
+    assert all(details["partial"] for details in saves)  # the final model is gathered with model.state_dict()
     assert names[-1] == "barrier"
-    assert (tmp_path / "checkpoints" / "step_00000003" / "step_00000003_partial" / "model_0_0.pt").is_file()
+    partial = torch.load(tmp_path / "checkpoints" / "step_00000003" / "step_00000003_partial" / "model_0_0.pt")
+    assert partial["_smp_is_partial"] is True and "transformer.h.0.attn.q_proj.weight" in partial  # no TP: HF names
 
-    # The final model: gathered on rank 0 from SMP's full checkpoint, saved in HF format.
+    # The final model: gathered on rank 0, written as an HF folder.
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "model")
@@ -173,6 +175,52 @@ def test_smp_v1_stand_in_rejects_what_the_library_rejects(fresh_process_group) -
         wrong_backward(model, torch.ones(4, 2))
     with pytest.raises(ApiMisuse, match="not the DistributedModel's"):
         smp.DistributedOptimizer(torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1))
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"tensor_parallel_degree": 2}, "tensor_parallel_degree > 1 requires ddp"),
+        ({"prescaled_batch": True, "optimize": "memory"}, "prescaled_batch requires optimize to be set to speed"),
+        ({"fp16": True, "bf16": True}, "bf16 requires fp16 to be set to False"),
+    ],
+)
+def test_smp_v1_stand_in_applies_smps_config_rules(config, message, fresh_process_group) -> None:
+    with pytest.raises(ApiMisuse, match=message):
+        SmpV1().init(config)
+
+
+def test_smp_v1_stand_in_checkpoints_keep_smp_names_and_translate_full_ones_when_asked(
+    tiny_assets, tmp_path, monkeypatch, fresh_process_group
+) -> None:
+    import transformers.processing_utils  # noqa: F401  (transformers 5.x replaces its module object once, here)
+
+    monkeypatch.setattr(sys.modules["transformers"], "__version__", "4.21.0")
+    smp = SmpV1()
+    smp.init({"ddp": True, "tensor_parallel_degree": 2})
+    assert (smp.size(), smp.tp_size(), smp.dp_size(), smp.rdp_size(), smp.mp_size()) == (2, 2, 2, 1, 2)
+    source = load_model_source(None, str(tiny_assets["config"]), str(tiny_assets["tokenizer"]))
+    with smp.model_creation(tensor_parallelism=True):
+        hf = build_model(source, None)
+    pretrained = {name: tensor.clone() for name, tensor in hf.state_dict().items()}
+    model = smp.DistributedModel(hf)
+    module = model.get_module()
+    assert type(module).__name__ == "DistributedTransformerLMHead" and not hasattr(module, "config")
+    assert "transformer.seq_layers.0.output.dense1.weight" in model.state_dict()
+    assert not torch.equal(module.lm_head.weight, pretrained["lm_head.weight"])  # fresh weights, as SMP's
+
+    model.load_state_dict(pretrained)  # a full HF state dict: translated, loaded at the first step
+    assert not torch.equal(module.lm_head.weight, pretrained["lm_head.weight"])
+    smp._load_pending()
+    assert torch.equal(module.lm_head.weight, pretrained["lm_head.weight"])
+
+    smp.save_checkpoint(str(tmp_path), "partial", partial=True, model=model)
+    assert "transformer.seq_layers.1.attention.key.weight" in torch.load(tmp_path / "partial_partial" / "model_0_0.pt")
+    smp.save_checkpoint(str(tmp_path), "full.pt", partial=False, model=model)
+    assert "transformer.h.1.attn.k_proj.weight" in torch.load(tmp_path / "full.pt")
+    smp.save_checkpoint(str(tmp_path), "smp.pt", partial=False, model=model, translate_if_full=False)
+    untranslated = torch.load(tmp_path / "smp.pt")
+    assert untranslated["_smp_is_partial"] is False and "word_embedding.weight" in untranslated
 
 
 def _v2_environment(parameters: dict) -> dict:

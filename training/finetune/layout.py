@@ -66,6 +66,31 @@ SMP_V2_ONLY_KEYS = frozenset(
 # HF model types SMP v2 can tensor-parallelize (AWS doc "Tensor parallelism" for SMP v2). GPT-J is not among them.
 SMP_V2_TENSOR_PARALLEL_MODEL_TYPES = frozenset({"gpt_neox", "llama", "mistral", "mixtral"})
 
+# SMP v1's own rules between its keys, as smp.init enforces them: setting a key to a non-default value requires the
+# other keys to have the given values (`requires` in smdistributed/modelparallel/backend/config.yaml and its checker
+# in backend/config.py; public copy of SMP 1.12.1, tkazusa/smdistributed_modelparallel@b5e06a8). Only the rules that
+# hold through SMP 1.15 (1.13 lifted "sharded data parallelism requires tensor_parallel_degree 1"). Checked at the
+# job's start and, through stacks/training_job.py, at synth: a config smp.init would refuse never reaches a p4d.
+# key: (its default, {other key: (the value it must have, that key's default)})
+SMP_V1_REQUIRES: dict[str, tuple[Any, dict[str, tuple[Any, Any]]]] = {
+    "tensor_parallel_degree": (1, {"ddp": (True, False)}),
+    "prescaled_batch": (False, {"optimize": ("speed", "speed")}),
+    "bf16": (False, {"fp16": (False, False), "fp16_params": (False, False)}),
+}
+
+# The transformers versions for which SMP v1 swaps a Hugging Face model for its own tensor-parallel module. SMP
+# compares transformers.__version__ against this exact list when it is imported; with any other version it only logs
+# a warning and trains every layer whole on every GPU ("HuggingFace modules will not be automatically distributed").
+# Source: SMP's own `smdistributed/modelparallel/torch/nn/predefined_hooks.py`, `_SUPPORTED_HF_VERSIONS` (SMP 1.12.1;
+# SMP 1.7.0 had ["4.16.2"]); the release notes (sagemaker-python-sdk v2.199.0) add 4.17.0 in SMP 1.8.0 and 4.21 in
+# 1.10.1 and name no later version; AWS's GPT-J tensor-parallel examples pin transformers==4.21.0 up to SMP 1.15.
+# The one home of this list: train.py checks the installed version against it, the CDK side the pinned one.
+SMP_V1_TENSOR_PARALLEL_TRANSFORMERS = ("4.17.0", "4.20.1", "4.21.0")
+# HF model types whose SMP v1 tensor-parallel module this pipeline translates back to HF names for the final model:
+# GPT-J, the reference job. SMP v1 also distributes GPT-2, GPT-Neo and GPT-NeoX, but not OPT or BLOOM, which it would
+# silently train without tensor parallelism.
+SMP_V1_TENSOR_PARALLEL_MODEL_TYPES = frozenset({"gptj"})
+
 
 @dataclasses.dataclass(frozen=True)
 class ParallelLayout:
@@ -205,11 +230,7 @@ def check_layout(hp: Hyperparameters, layout: ParallelLayout, backend: str, worl
                 f"world size {world_size} (processes); choose mp_parameters degrees whose product divides "
                 f"{world_size}"
             )
-        if tp > 1 and not layout.ddp:
-            raise ConfigurationError(
-                f"mp_parameters tensor_parallel_degree is {tp} but ddp is not true; SMP v1 requires ddp=true "
-                "for tensor parallelism"
-            )
+        check_smp_v1_requires(layout.parameters)
         for name in ("train_batch_size", "val_batch_size"):
             batch = getattr(hp, name)
             if batch % layout.microbatches:
@@ -245,6 +266,22 @@ def check_layout(hp: Hyperparameters, layout: ParallelLayout, backend: str, worl
             raise ConfigurationError("--fp16 is not supported with SMP v2 (FSDP): use --bf16")
 
 
+def check_smp_v1_requires(parameters: Mapping[str, Any]) -> None:
+    """Refuse what smp.init refuses: a key set away from its default while a key it requires has another value."""
+    for key, (default, required) in SMP_V1_REQUIRES.items():
+        value = parameters.get(key, default)
+        if value == default:
+            continue
+        for other, (needed, other_default) in required.items():
+            found = parameters.get(other, other_default)
+            if found != needed:
+                raise ConfigurationError(
+                    f"mp_parameters {key}={json.dumps(value)} requires {other}={json.dumps(needed)}, but {other} is "
+                    f"{json.dumps(found)}: SMP v1's smp.init refuses this (its config rules); set {other} to "
+                    f"{json.dumps(needed)} or {key} back to {json.dumps(default)}"
+                )
+
+
 def check_model_for_layout(model_type: str, layout: ParallelLayout, backend: str) -> None:
     tensor_parallel = backend == "smp_v2" and layout.tensor_parallel_degree > 1
     if tensor_parallel and model_type not in SMP_V2_TENSOR_PARALLEL_MODEL_TYPES:
@@ -253,4 +290,37 @@ def check_model_for_layout(model_type: str, layout: ParallelLayout, backend: str
             f"tensor_parallel_degree={layout.tensor_parallel_degree}); it supports "
             f"{', '.join(sorted(SMP_V2_TENSOR_PARALLEL_MODEL_TYPES))}. Set tensor_parallel_degree to 1 and "
             "shard with hybrid_shard_degree, or use SMP v1 for GPT-J tensor parallelism"
+        )
+
+
+def check_smp_v1_tensor_parallelism(
+    model_type: str, transformers_version: str, layout: ParallelLayout, backend: str, version_source: str
+) -> None:
+    """SMP v1 tensor parallelism applies only where SMP replaces the model; elsewhere it is silently skipped, and a
+    model that needed it runs out of GPU memory (or trains slowly) instead of failing. `version_source` says where
+    `transformers_version` comes from (installed here, or pinned in requirements.txt)."""
+    tp = layout.tensor_parallel_degree
+    if backend != "smp_v1" or tp <= 1:
+        return
+    if model_type not in SMP_V1_TENSOR_PARALLEL_MODEL_TYPES:
+        raise ConfigurationError(
+            f"mp_parameters tensor_parallel_degree is {tp} but this pipeline runs SMP v1 tensor parallelism only for "
+            f"model type {', '.join(sorted(SMP_V1_TENSOR_PARALLEL_MODEL_TYPES))}, not {model_type!r} (SMP v1 would "
+            "train it without tensor parallelism, or cannot translate it back to a Hugging Face model). Set "
+            "tensor_parallel_degree to 1 and use pipeline parallelism, or SMP v2 (tensor parallelism for "
+            f"{', '.join(sorted(SMP_V2_TENSOR_PARALLEL_MODEL_TYPES))}, hybrid sharding for the rest)"
+        )
+    if transformers_version not in SMP_V1_TENSOR_PARALLEL_TRANSFORMERS:
+        raise ConfigurationError(
+            f"mp_parameters tensor_parallel_degree is {tp} but transformers is {transformers_version} "
+            f"({version_source}): SMP v1 replaces Hugging Face models with its tensor-parallel modules only for "
+            f"transformers {', '.join(SMP_V1_TENSOR_PARALLEL_TRANSFORMERS)}, and with any other version it silently "
+            "trains every layer whole on every GPU. Pin transformers==4.21.0 for the SMP v1 image (python_version < "
+            '"3.10") in training/requirements.txt, or set tensor_parallel_degree to 1'
+        )
+    if layout.parameters.get("optimize", "speed") != "speed":
+        raise ConfigurationError(
+            f"mp_parameters tensor_parallel_degree is {tp} with optimize={layout.parameters['optimize']!r}: SMP v1's "
+            "GPT-J state-dict translation (pretrained weights in, the final Hugging Face model out) supports only "
+            'optimize="speed"; set optimize to "speed"'
         )

@@ -27,6 +27,7 @@ from .layout import (
     ParallelLayout,
     check_layout,
     check_model_for_layout,
+    check_smp_v1_tensor_parallelism,
     parse_layout,
     read_mp_parameters,
     resolve_backend,
@@ -40,8 +41,10 @@ from .modeling import (
     check_data_fits_model,
     count_parameters,
     load_model_source,
+    read_hf_weights,
     save_hf_model,
     weight_decay_groups,
+    write_hf_folder,
 )
 from .perplexity import loss_and_token_sums, perplexity
 from .schedule import LearningRateSchedule
@@ -96,6 +99,11 @@ def run_training(hp: Hyperparameters, platform: PlatformArguments, environ: Mapp
         source.config, int(train_blocks.shape[1]), int(max(train_blocks.max(), validation_blocks.max()))
     )
     check_model_for_layout(source.model_type, layout, backend_name)
+    import transformers
+
+    check_smp_v1_tensor_parallelism(
+        source.model_type, transformers.__version__, layout, backend_name, "installed in this job"
+    )
     _prepare_checkpoint_dir(hp)
 
     if hp.deterministic:
@@ -188,16 +196,21 @@ class TrainingRun:
         # --- model and optimizer ---
         seed_everything(hp.seed)
         source = self.source
-        model = backend.create_model(lambda dtype: build_model(source, dtype))
+        model = backend.create_model(
+            lambda dtype, load_weights=True: build_model(source, dtype, load_weights=load_weights)
+        )
         num_parameters = count_parameters(model)
         model, optimizer = backend.prepare(model, self._make_optimizer)
 
-        # --- resume, or start from the seed ---
+        # --- resume, or start from the pretrained weights and the seed ---
         if backend.is_local_main:
             checkpoints.remove_temporary_dirs(self.checkpoint_root)  # leftovers of a crash mid-write
         backend.barrier()
         state = self._resume(model, optimizer) if hp.resume else None
         if state is None:
+            if source.pretrained_dir:
+                pretrained_dir = source.pretrained_dir
+                backend.load_pretrained(model, lambda: read_hf_weights(pretrained_dir))
             state = LoopState()
             seed_everything(hp.seed)
 
@@ -223,9 +236,12 @@ class TrainingRun:
         # --- the loop: micro-steps, lr, clip + step, log, evaluate, checkpoint ---
         model.train()
         self.reporter.start(total=hp.max_steps, initial=state.step)
-        window_start, window_steps = time.perf_counter(), 0
+        # Throughput counts the time inside training steps only: not logging, validation or checkpoints.
+        window_time, window_steps = 0.0, 0
         last_validated = -1
         while state.step < hp.max_steps:
+            backend.synchronize()
+            step_start = time.perf_counter()
             loss_sum = torch.zeros((), device=backend.device)
             for micro_step in range(hp.gradient_accumulation):
                 input_ids = self.train_blocks[batches.indices(state.position)]
@@ -236,6 +252,8 @@ class TrainingRun:
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate
             grad_norm, stepped = backend.optimizer_step(model, optimizer)
+            backend.synchronize()
+            window_time += time.perf_counter() - step_start
             state.scheduler_step += int(stepped)
             state.step += 1
             window_steps += 1
@@ -245,7 +263,7 @@ class TrainingRun:
                 mean_loss = (
                     float(backend.all_reduce_sum(loss_sum / hp.gradient_accumulation)) / backend.reduce_group_size()
                 )
-                elapsed = max(time.perf_counter() - window_start, 1e-9)
+                elapsed = max(window_time, 1e-9)
                 record = {
                     "step": state.step,
                     "epoch": state.position.epoch,
@@ -258,7 +276,7 @@ class TrainingRun:
                 }
                 state.history.train.append(record)
                 self.reporter.log(train_line(record))
-                window_start, window_steps = time.perf_counter(), 0
+                window_time, window_steps = 0.0, 0
 
             if (hp.validation_freq and state.step % hp.validation_freq == 0) or state.step == hp.max_steps:
                 self._validate(model, state)
@@ -407,5 +425,9 @@ class TrainingRun:
         state_dict = backend.full_state_dict(model, model_dir / ".full_state")
         if backend.is_main:
             assert state_dict is not None
-            target, files = save_hf_model(backend.hf_module(model), self.source.tokenizer, state_dict, str(model_dir))
+            module, tokenizer = backend.hf_module(model), self.source.tokenizer
+            if module is None:
+                target, files = write_hf_folder(self.source.config, tokenizer, state_dict, str(model_dir))
+            else:
+                target, files = save_hf_model(module, tokenizer, state_dict, str(model_dir))
             self.reporter.log(f"model saved: path={target} files={','.join(files)}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -20,9 +20,11 @@ from ..layout import ParallelLayout
 
 PRECISION_DTYPES = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
 
-# build(dtype) -> HF model; make_optimizer(module) -> optimizer over that module's parameters
-ModelBuilder = Callable[[Optional[torch.dtype]], nn.Module]
+# build(dtype, load_weights=True) -> HF model (without the pretrained weights when load_weights is False);
+# make_optimizer(module) -> optimizer over that module's parameters; read_weights() -> the pretrained HF state dict
+ModelBuilder = Callable[..., nn.Module]
 OptimizerFactory = Callable[[nn.Module], torch.optim.Optimizer]
+WeightsReader = Callable[[], dict[str, torch.Tensor]]
 
 
 class TrainingBackend:
@@ -88,8 +90,14 @@ class TrainingBackend:
         """Wrap the model for this backend, enable activation checkpointing, create the optimizer."""
         raise NotImplementedError
 
-    def hf_module(self, model: Any) -> nn.Module:
-        """The HF model inside the wrappers (for its config and save_pretrained)."""
+    def load_pretrained(self, model: Any, read_weights: WeightsReader) -> None:
+        """Put the pretrained weights into a prepared model that is not resuming from a checkpoint. The default does
+        nothing: the builder loaded them. A backend that replaces the HF model when wrapping loads them here."""
+
+    def hf_module(self, model: Any) -> nn.Module | None:
+        """The HF model inside the wrappers, whose save_pretrained writes the final model; None when the final model
+        is written from the config and full_state_dict alone (the wrapped module is not an HF model, or its
+        save_pretrained must not be used)."""
         raise NotImplementedError
 
     # --- steps ---
@@ -116,6 +124,11 @@ class TrainingBackend:
     def barrier(self) -> None:
         """Wait for every process; a no-op for one process."""
 
+    def synchronize(self) -> None:
+        """Wait for this process's queued GPU work, so that a wall-clock interval covers the work issued in it."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
     def broadcast_object(self, value: Any) -> Any:
         """Rank 0's value on every rank."""
         return value
@@ -129,7 +142,8 @@ class TrainingBackend:
         raise NotImplementedError
 
     def full_state_dict(self, model: Any, scratch_dir: Path) -> dict[str, torch.Tensor] | None:
-        """The complete, gathered model state dict on the main rank (None elsewhere); called on every rank."""
+        """The complete, gathered model state dict under Hugging Face names on the main rank (None elsewhere);
+        called on every rank."""
         raise NotImplementedError
 
     # --- helpers for subclasses ---

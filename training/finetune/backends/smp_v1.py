@@ -8,12 +8,22 @@ this file follows the documented API (sagemaker-python-sdk v2.199.0 `smd_model_p
     -> smp.DistributedModel(model) -> optimizer over model.get_module() -> smp.set_activation_checkpointing
     -> smp.DistributedOptimizer(optimizer, ...) -> @smp.step steps calling model.backward(loss)
     -> smp.save_checkpoint / smp.resume_from_checkpoint (partial) -> full gathered model saved on rank 0.
+
+Under tensor parallelism SMP does not keep the Hugging Face model: smp.DistributedModel replaces a GPTJForCausalLM
+created inside model_creation(tensor_parallelism=True), as a whole, with a freshly initialized
+DistributedTransformerLMHead whose parameters have SMP's names (smdistributed torch/model.py
+`_replace_tp_counterparts`, torch/tp_registry.py `distribute`), and only with the transformers versions SMP supports
+(layout.SMP_V1_TENSOR_PARALLEL_TRANSFORMERS). So the model is built without its pretrained weights, which are loaded
+afterwards through DistributedModel.load_state_dict (SMP translates a full HF state dict to its names and loads each
+rank's slice after partitioning, as AWS's last GPT-J example does with resume_from_checkpoint(partial=False)); and
+the final model is gathered with DistributedModel.state_dict() on the rdp_rank 0 ranks (rank 0 holds it, AWS
+"Support for Hugging Face Transformer Models"), translated with SMP's own translate_state_dict_to_hf_gptj, and
+written as an HF folder from the config: no HF module exists to call save_pretrained on.
 """
 
 from __future__ import annotations
 
 import importlib
-import shutil
 from pathlib import Path
 from typing import Any, Callable
 
@@ -22,11 +32,17 @@ import torch.distributed as dist
 from torch import nn
 
 from ..errors import ConfigurationError
-from ..layout import SMP_V1_MODULE
-from ..modeling import find_transformer_layers
-from .base import ModelBuilder, OptimizerFactory, TrainingBackend
+from ..layout import SMP_V1_MODULE, SMP_V1_TENSOR_PARALLEL_TRANSFORMERS
+from ..modeling import find_transformer_layers, max_positions
+from .base import ModelBuilder, OptimizerFactory, TrainingBackend, WeightsReader
 
-FULL_MODEL_TAG = "fullmodel.pt"
+# SMP's function that turns its distributed module's state dict into the HF model's, per model type
+# (smdistributed.modelparallel.torch.nn.huggingface.<module>.<function>; layout.SMP_V1_TENSOR_PARALLEL_MODEL_TYPES).
+TO_HF_TRANSLATIONS = {"gptj": ("gptj", "translate_state_dict_to_hf_gptj")}
+# Per-layer constants SMP's GPT-J translation adds for the transformers versions that kept the causal mask as a
+# buffer (attn.bias: a max_seq_len^2 uint8 mask, attn.masked_bias: -1e9). GPT-J rebuilds them from its config, 4.21
+# lists them in _keys_to_ignore_on_load_missing, and later versions have no such buffers: they are not weights.
+TRANSLATION_CONSTANTS = (".attn.bias", ".attn.masked_bias")
 
 
 def _make_steps(smp: Any, gradient_accumulation: int) -> tuple[Callable[..., Any], Callable[..., Any]]:
@@ -59,6 +75,7 @@ class SmpV1Backend(TrainingBackend):
                 "(PyTorch 1.13.1 DLC with SMP 1.15). Use --backend torch elsewhere"
             ) from None
         smp = self.smp
+        self.replaced = False  # whether SMP replaced the HF model with its own module (set by prepare)
         config = dict(self.layout.parameters)
         # Our precision flags reach SMP through its config (resolve_precision checked they agree).
         if self.precision in ("fp16", "bf16"):
@@ -78,11 +95,16 @@ class SmpV1Backend(TrainingBackend):
         self._train_step, self._eval_step = _make_steps(smp, self.hp.gradient_accumulation)
 
     def create_model(self, build: ModelBuilder) -> nn.Module:
-        with self.smp.model_creation(tensor_parallelism=self.smp.tp_size() > 1, dtype=self.dtype):
-            return build(self.dtype)
+        tensor_parallelism = self.smp.tp_size() > 1
+        with self.smp.model_creation(tensor_parallelism=tensor_parallelism, dtype=self.dtype):
+            # Weights loaded now would be discarded when SMP replaces the model; load_pretrained puts them in.
+            return build(self.dtype, load_weights=not tensor_parallelism)
 
     def prepare(self, model: nn.Module, make_optimizer: OptimizerFactory) -> tuple[Any, Any]:
+        from transformers import PreTrainedModel
+
         smp = self.smp
+        self._config = model.config
         num_layers = int(model.config.num_hidden_layers)
         # Different tensor-parallel ranks must not initialize their weight slices identically (reference).
         torch.manual_seed(self.hp.seed + smp.tp_rank())
@@ -91,6 +113,17 @@ class SmpV1Backend(TrainingBackend):
             model, trace_device=trace_device, backward_passes_per_step=self.hp.gradient_accumulation
         )
         module = model.get_module()
+        self.replaced = not isinstance(module, PreTrainedModel)
+        if smp.tp_size() > 1 and not self.replaced:
+            import transformers
+
+            raise ConfigurationError(
+                f"SMP v1 kept the Hugging Face {type(module).__name__} whole although tensor_parallel_degree is "
+                f"{smp.tp_size()}: it distributes Hugging Face models only with transformers "
+                f"{', '.join(SMP_V1_TENSOR_PARALLEL_TRANSFORMERS)} (this job has {transformers.__version__}) and only "
+                "the model classes it supports. Training on would hold every layer whole on every GPU; pin "
+                "transformers==4.21.0 in training/requirements.txt, or set tensor_parallel_degree to 1"
+            )
         optimizer = make_optimizer(module)
         if self.hp.activation_checkpointing:
             layers = find_transformer_layers(module, num_layers)
@@ -108,8 +141,17 @@ class SmpV1Backend(TrainingBackend):
         )
         return model, optimizer
 
-    def hf_module(self, model: Any) -> nn.Module:
-        return model.get_module()
+    def load_pretrained(self, model: Any, read_weights: WeightsReader) -> None:
+        if self.replaced:
+            # A full HF state dict (no `_smp_is_partial` key): SMP translates it with the translation it
+            # registered when it replaced the model, and loads each rank's slice at the first step.
+            model.load_state_dict(read_weights())
+
+    def hf_module(self, model: Any) -> nn.Module | None:
+        # None always, so one writer serves every layout: under tensor parallelism there is no HF module, and
+        # inside an SMP >= 1.10 job transformers 4.21's save_pretrained runs any state dict it is given through
+        # SMP's registered to-HF translations again (modeling_utils.py, IS_SAGEMAKER_MP_POST_1_10).
+        return None
 
     def train_micro_step(self, model: Any, input_ids: torch.Tensor, last_micro_step: bool) -> torch.Tensor:
         inputs = self._inputs(input_ids)
@@ -195,16 +237,23 @@ class SmpV1Backend(TrainingBackend):
         self.smp.resume_from_checkpoint(str(directory), tag=directory.name, partial=True)
 
     def full_state_dict(self, model: Any, scratch_dir: Path) -> dict[str, torch.Tensor] | None:
-        # A full checkpoint gathers every partition and (translate_if_full) translates it to HF names on rank 0.
-        self.smp.save_checkpoint(
-            str(scratch_dir), tag=FULL_MODEL_TAG, partial=False, model=model, translate_if_full=True
-        )
-        self.smp.barrier()
+        smp = self.smp
+        # A collective over the rdp_rank 0 ranks (every model partition once); rank 0 receives the whole model.
+        state_dict = model.state_dict() if smp.rdp_rank() == 0 else None
+        smp.barrier()
         if not self.is_main:
             return None
-        state_dict = torch.load(scratch_dir / FULL_MODEL_TAG, map_location="cpu")
-        shutil.rmtree(scratch_dir, ignore_errors=True)
+        assert state_dict is not None
+        if self.replaced:
+            state_dict = self._to_hf(state_dict)
         return state_dict
+
+    def _to_hf(self, state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        model_type = str(self._config.model_type)
+        module_name, function = TO_HF_TRANSLATIONS[model_type]
+        translate = getattr(importlib.import_module(f"{SMP_V1_MODULE}.nn.huggingface.{module_name}"), function)
+        translated = translate(state_dict, max_seq_len=max_positions(self._config))
+        return {name: tensor for name, tensor in translated.items() if not name.endswith(TRANSLATION_CONSTANTS)}
 
 
 def _tag(directory: Path) -> str:
