@@ -12,9 +12,12 @@ What it does, in the order DJL Serving does it in the container:
    local/djl_python standing in for the container's djl_python;
 3. calls the handler once with an empty Input whose properties are the option.* values (prefix stripped) plus
    model_dir, device_id and tensor_parallel_degree: the model loads here, before the server answers anything;
-4. serves: /ping answers 200 once that call succeeded; each /invocations body becomes Input content "data" with the
-   HTTP headers as properties, and the handler's Output gives status code, content-type and body. One request is
-   handled at a time, as one DJL worker does.
+4. serves: /ping answers 200 once that call succeeded; each /invocations request becomes an Input as DJL builds it
+   (body as content "data", query parameters as content, headers as properties) and goes to one worker, which runs
+   one handler call at a time. With `batch_size` > 1 in serving.properties (or SERVING_BATCH_SIZE), the worker
+   gathers up to that many queued requests, waiting at most `max_batch_delay` ms (default 100), into one batch Input
+   and splits the handler's answer back into one response per request, exactly as DJL 0.27.0 does
+   (local/djl_frontend.py says where each rule comes from). The handler's Output gives status, headers and body.
 The model comes from --model: a local HF folder (option.weights_dir), an S3 prefix (env WEIGHTS_S3_URI, so the
 handler downloads it exactly as on an endpoint), or nothing, which builds a tiny random GPT-J (local/tiny.py).
 Bound to 127.0.0.1; any other address needs --allow-non-loopback. Logs go to stderr.
@@ -34,12 +37,16 @@ import signal
 import sys
 import tempfile
 import threading
+import urllib.parse
 from collections.abc import Iterator, Mapping
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from local import djl_frontend
+from local.djl_frontend import handler_properties, read_properties_file, resolve_properties  # noqa: F401 (public here too)
 
 log = logging.getLogger("local.serve")
 
@@ -53,55 +60,6 @@ _module_counter = itertools.count()
 
 class HandlerStartupError(RuntimeError):
     """The handler's start-up call failed, so the endpoint never became healthy."""
-
-
-def read_properties_file(path: Path) -> dict[str, str]:
-    """serving.properties as DJL reads it: `key=value` (or `key: value`) lines, `#`/`!` comments."""
-    properties: dict[str, str] = {}
-    for number, raw_line in enumerate(path.read_text().splitlines(), start=1):
-        line = raw_line.strip()
-        if not line or line.startswith(("#", "!")):
-            continue
-        separators = [position for position in (line.find("="), line.find(":")) if position > 0]
-        if not separators:
-            raise ValueError(f"{path}:{number}: {raw_line!r} is not a property; expected key=value")
-        position = min(separators)
-        properties[line[:position].strip()] = line[position + 1 :].strip()
-    return properties
-
-
-def resolve_properties(
-    handler_dir: Path, overrides: Mapping[str, str] | None = None, environ: Mapping[str, str] | None = None
-) -> dict[str, str]:
-    """OPTION_<KEY> environment < serving.properties < explicit overrides."""
-    env = os.environ if environ is None else environ
-    properties = {
-        "option." + name[len("OPTION_") :].lower(): value for name, value in env.items() if name.startswith("OPTION_")
-    }
-    properties_file = handler_dir / "serving.properties"
-    if properties_file.is_file():
-        properties.update(read_properties_file(properties_file))
-    properties.update(overrides or {})
-    return properties
-
-
-def handler_properties(properties: Mapping[str, str], handler_dir: Path, *, cuda_devices: int) -> dict[str, Any]:
-    """What DJL puts in the Input's properties: option.* without the prefix, plus the engine's own keys."""
-    result: dict[str, Any] = {
-        key[len("option.") :]: value for key, value in properties.items() if key.startswith("option.")
-    }
-    result["model_dir"] = str(handler_dir)
-    result["device_id"] = "0" if cuda_devices else "-1"
-    degree = properties.get("option.tensor_parallel_degree", os.environ.get("TENSOR_PARALLEL_DEGREE"))
-    if degree is not None:
-        # DJL resolves `max` to the GPU count and hands the engine an int.
-        if str(degree).strip() == "max":
-            result["tensor_parallel_degree"] = max(1, cuda_devices)
-        elif str(degree).strip().isdigit():
-            result["tensor_parallel_degree"] = int(degree)
-        else:
-            raise ValueError(f"option.tensor_parallel_degree={degree!r} is not valid; expected an integer or max")
-    return result
 
 
 class LocalEndpoint:
@@ -132,13 +90,14 @@ class LocalEndpoint:
                 "127.0.0.1 (or ::1, localhost) unless you pass allow_non_loopback=True / --allow-non-loopback"
             )
         self.properties: dict[str, Any] = {}
+        self.engine_properties: dict[str, Any] = {}  # what DJL's Python engine adds to every request's properties
+        self.worker: djl_frontend.BatchAggregator | None = None
         self.healthy = False
         self._handle = None
         self._module_name: str | None = None
         self._added_to_path = False
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
 
     @property
     def url(self) -> str:
@@ -186,7 +145,25 @@ class LocalEndpoint:
         with _patched_environ(environment):
             result = self._handle(startup)
         if result is not None and result.code >= 300:
-            raise HandlerStartupError(f"start-up call answered {result.code}: {_body(result).decode(errors='replace')}")
+            raise HandlerStartupError(
+                f"start-up call answered {result.code}: {djl_frontend.response_body(result).decode(errors='replace')}"
+            )
+        batch_size, max_batch_delay = djl_frontend.batching(properties, os.environ)
+        self.engine_properties = {
+            key: self.properties[key]
+            for key in ("tensor_parallel_degree", "device_id", "model_dir")
+            if key in self.properties
+        }
+        self.worker = djl_frontend.BatchAggregator(
+            self._run_batch, batch_size=batch_size, max_batch_delay_ms=max_batch_delay
+        )
+        self.worker.start()
+        if batch_size > 1:
+            log.info(
+                "dynamic batching: up to %d requests per handler call, %d ms max_batch_delay",
+                batch_size,
+                max_batch_delay,
+            )
         self.healthy = True
 
         endpoint = self
@@ -209,6 +186,9 @@ class LocalEndpoint:
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
+        if self.worker is not None:
+            self.worker.stop()
+            self.worker = None
         if self._module_name is not None:
             sys.modules.pop(self._module_name, None)
             self._module_name = None
@@ -218,22 +198,28 @@ class LocalEndpoint:
             self._added_to_path = False
         self.healthy = False
 
-    def invoke(self, body: bytes, headers: Mapping[str, str]) -> tuple[int, dict[str, str], bytes]:
-        """One invocation through the handler, as DJL would make it: (status, headers, body)."""
+    def invoke(
+        self, body: bytes, headers: Mapping[str, str], query: Mapping[str, list[str]] | None = None
+    ) -> tuple[int, dict[str, str], bytes]:
+        """One invocation through the worker, as DJL would make it (possibly batched with others that are queued):
+        (status, headers, body)."""
+        if self.worker is None:
+            raise RuntimeError("the endpoint is not started")
+        request = djl_frontend.request_input(_djl_python(), body, headers, query or {})
+        return self.worker.submit(request)
+
+    def _run_batch(self, requests: list[Any]) -> list[tuple[int, dict[str, str], bytes]]:
+        """One handler call for 1..batch_size requests, as DJL's PyPredictor makes it; one response per request."""
         djl_python = _djl_python()
-        request = djl_python.Input()
-        request.properties = {**self.properties, **dict(headers)}
-        request.content.add(key="data", value=body)
-        with self._lock:
-            try:
-                output = self._handle(request)
-            except Exception as error:  # DJL's Python engine answers an escaped exception the same way
-                log.exception("handler raised")
-                output = djl_python.Output().error(str(error))
-        if output is None:
-            return HTTPStatus.NO_CONTENT, {}, b""
-        response_headers = {str(key).lower(): str(value) for key, value in output.properties.items()}
-        return int(output.code), response_headers, _body(output)
+        if len(requests) == 1:
+            return [_response(djl_frontend.call_handler(djl_python, self._handle, requests[0], self.engine_properties))]
+        batch = djl_frontend.batch_input(djl_python, requests)
+        output = djl_frontend.call_handler(djl_python, self._handle, batch, self.engine_properties)
+        try:
+            return [_response(answer) for answer in djl_frontend.split_batch_output(djl_python, output, len(requests))]
+        except djl_frontend.BatchOutputError as error:
+            log.error("the handler's answer to a batch of %d cannot be split: %s", len(requests), error)
+            return [djl_frontend.error_response(HTTPStatus.BAD_REQUEST, error)] * len(requests)
 
     def _import_entry_point(self, properties: Mapping[str, str]) -> ModuleType:
         entry_point = properties.get("option.entryPoint", properties.get("option.entrypoint", "model.py"))
@@ -280,8 +266,17 @@ class _SageMakerRequestHandler(BaseHTTPRequestHandler):
             )
             return
         body = self.rfile.read(length) if length else b""
-        status, headers, payload = self.owner.invoke(body, dict(self.headers.items()))
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query, keep_blank_values=True)
+        try:
+            status, headers, payload = self.owner.invoke(body, dict(self.headers.items()), query)
+        except Exception as error:  # what DJL answers when a batch fails outside the handler
+            log.exception("invocation failed")
+            status, headers, payload = djl_frontend.error_response(HTTPStatus.INTERNAL_SERVER_ERROR, error)
         self.send_response(status)
+        # DJL sends every property of the Output as a header.
+        for key, value in headers.items():
+            if key not in ("content-type", "content-length", "transfer-encoding", "connection"):
+                self.send_header(key, value)
         self.send_header("Content-Type", headers.get("content-type", "application/octet-stream"))
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
@@ -299,10 +294,9 @@ class _SageMakerRequestHandler(BaseHTTPRequestHandler):
         log.info("%s %s", self.address_string(), format % args)
 
 
-def _body(output: Any) -> bytes:
-    if output.content.is_empty():
-        return b""
-    return bytes(output.content.value_at(0))
+def _response(output: Any) -> tuple[int, dict[str, str], bytes]:
+    headers = {str(key).lower(): str(value) for key, value in output.properties.items()}
+    return int(output.code), headers, djl_frontend.response_body(output)
 
 
 def _is_loopback(host: str) -> bool:

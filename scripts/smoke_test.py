@@ -22,6 +22,9 @@ from typing import Any
 
 PROMPT = "The capital of France is"
 MAX_NEW_TOKENS = 16
+# LMI's request schema, which both engines serve (DeepSpeed: our handler; vLLM: LMI's own): a string prompt is
+# answered with one object, and `details` carries the token counts.
+GOOD_REQUEST = {"inputs": PROMPT, "parameters": {"max_new_tokens": MAX_NEW_TOKENS, "seed": 0, "details": True}}
 # A request every endpoint of this platform must refuse: max_new_tokens is a positive integer.
 BAD_REQUEST = {"inputs": PROMPT, "parameters": {"max_new_tokens": "many"}}
 
@@ -77,23 +80,27 @@ class SageMakerEndpoint:
 
 
 def check_generation(reply: Reply) -> str:
-    """Problems with the answer to PROMPT, or '' when it has the agreed shape."""
+    """Problems with the answer to GOOD_REQUEST, or '' when it has the agreed shape."""
     if reply.status != 200:
         return f"answered {reply.status}: {reply.body[:300]!r}"
     try:
-        items = json.loads(reply.body)
+        item = json.loads(reply.body)
     except ValueError:
         return f"answer is not JSON: {reply.body[:300]!r}"
-    if not isinstance(items, list) or len(items) != 1 or not isinstance(items[0], dict):
-        return f"expected a list with one object per prompt, got {str(items)[:300]}"
-    item = items[0]
-    details = item.get("details") or {}
+    if not isinstance(item, dict):
+        return f"expected one object for a string prompt (LMI's shape), got {str(item)[:300]}"
+    if "error" in item:  # how DJL answers a request it refused inside a dynamic batch: 200 and an error body
+        return f"answered with an error: {str(item)[:300]}"
     if not isinstance(item.get("generated_text"), str):
         return f"generated_text is missing or not a string: {str(item)[:300]}"
-    if not (isinstance(details.get("prompt_tokens"), int) and details["prompt_tokens"] > 0):
-        return f"details.prompt_tokens should be a positive integer: {details}"
+    details = item.get("details")
+    if not isinstance(details, dict):
+        return f"details are missing although the request asked for them: {str(item)[:300]}"
     if not (isinstance(details.get("generated_tokens"), int) and 1 <= details["generated_tokens"] <= MAX_NEW_TOKENS):
         return f"details.generated_tokens should be 1..{MAX_NEW_TOKENS}: {details}"
+    # Only the DeepSpeed engine reports prompt tokens; where it does, they must be real.
+    if "prompt_tokens" in details and not (isinstance(details["prompt_tokens"], int) and details["prompt_tokens"] > 0):
+        return f"details.prompt_tokens should be a positive integer: {details}"
     return ""
 
 
@@ -108,7 +115,7 @@ def run_checks(endpoint: HttpEndpoint | SageMakerEndpoint, pipeline: tuple[Any, 
 
     status = endpoint.describe()
     report("endpoint is in service", "" if status == "InService" else f"status {status}")
-    reply = endpoint.invoke({"inputs": PROMPT, "parameters": {"max_new_tokens": MAX_NEW_TOKENS, "seed": 0}})
+    reply = endpoint.invoke(GOOD_REQUEST)
     report("a prompt gets generated text with token counts", check_generation(reply))
     bad = endpoint.invoke(BAD_REQUEST)
     report(

@@ -1,4 +1,5 @@
-"""One request as the handler sees it, as djl_python.inputs.Input: properties (strings) plus content (PairList)."""
+"""One request (or one DJL dynamic batch of requests) as the handler sees it, as djl_python.inputs.Input of DJL Serving
+0.27.0: properties (strings) plus content (PairList)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,27 @@ class Input:
         self.content = PairList()
 
     def is_batch(self) -> bool:
+        # DJL's PyPredictor sets batch_size only when it sends two or more requests at once; a batch of one is sent
+        # as the plain request.
         return "batch_size" in self.properties
 
     def get_batch_size(self) -> int:
         return int(self.properties.get("batch_size", "1"))
+
+    def get_batches(self) -> list[Input]:
+        """The requests of a batch, as 0.27.0 splits them: `batch_NNN.<key>` properties and content keys (NNN: three
+        digits, the request's index) go to request NNN without the prefix; every other property (model_dir,
+        device_id, tensor_parallel_degree, added by the engine) stays on the batch. Not a batch: [self]."""
+        if not self.is_batch():
+            return [self]
+        batch = [Input() for _ in range(self.get_batch_size())]
+        for key, value in self.properties.items():
+            if key.startswith("batch_") and key != "batch_size":
+                batch[int(key[6:9])].properties[key[10:]] = value
+        for position in range(self.content.size()):
+            key = self.content.key_at(position)
+            batch[int(key[6:9])].content.add(key[10:], self.content.value_at(position))
+        return batch
 
     def get_function_name(self) -> str | None:
         return self.function_name

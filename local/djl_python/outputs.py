@@ -1,4 +1,5 @@
-"""The handler's answer, as djl_python.outputs.Output: code, message, properties (headers) and content."""
+"""The handler's answer, as djl_python.outputs.Output of DJL Serving 0.27.0: code, message, properties (headers) and
+content. 0.27.0's Output has no get_property/get_properties (later releases added them), so neither has this one."""
 
 from __future__ import annotations
 
@@ -36,29 +37,30 @@ class Output:
         self.properties[key] = val
         return self
 
-    def get_properties(self) -> dict:
-        return self.properties
-
-    def get_property(self, key: str) -> Any:
-        return self.properties.get(key)
-
-    def add(self, value: Any, key: str | None = None) -> Output:
-        if key is not None and not isinstance(key, str):
+    def add(self, value: Any, key: str | None = None, batch_index: int | None = None) -> Output:
+        if key is not None and type(key) is not str:
             logging.warning(f"Output key should be str type, got {type(key)}")
             key = str(key)
-        if isinstance(value, str):
+        if batch_index is not None:
+            # The key DJL's PyPredictor splits a batch answer by: batch_(\d+)\.(.*) (no zero padding here).
+            key = f"batch_{batch_index}.{'' if key is None else key}"
+        # Exact type checks, as in 0.27.0: a str or bytes subclass is JSON-encoded.
+        if type(value) is str:
             self.content.add(key=key, value=value.encode("utf-8"))
-        elif isinstance(value, bytearray):
+        elif type(value) is bytearray:
             self.content.add(key=key, value=value)
-        elif isinstance(value, bytes):
+        elif type(value) is bytes:
             self.content.add(key=key, value=bytearray(value))
         else:
-            self.add_as_json(value, key=key)
+            self.content.add(key=key, value=self._encode_json(value))
         return self
 
-    def add_as_json(self, val: Any, key: str | None = None) -> Output:
-        json_value = json.dumps(val, ensure_ascii=False, allow_nan=False, indent=2, separators=(",", ":")).encode(
-            "utf-8"
+    def add_as_json(self, val: Any, key: str | None = None, batch_index: int | None = None) -> Output:
+        return self.add(self._encode_json(val), key=key, batch_index=batch_index)
+
+    @staticmethod
+    def _encode_json(val: Any) -> bytearray:
+        # allow_nan=False: a NaN/inf anywhere in the answer raises ValueError instead of writing invalid JSON.
+        return bytearray(
+            json.dumps(val, ensure_ascii=False, allow_nan=False, indent=2, separators=(",", ":")).encode("utf-8")
         )
-        self.content.add(key=key, value=json_value)
-        return self

@@ -1,4 +1,4 @@
-"""Ordered key/value pairs, as djl_python.pair_list.PairList (keys may repeat or be None)."""
+"""Ordered key/value pairs, as djl_python.pair_list.PairList of DJL Serving 0.27.0 (keys may repeat or be None)."""
 
 from __future__ import annotations
 
@@ -7,16 +7,27 @@ from typing import Any
 
 class PairList:
     def __init__(self, keys: list | None = None, values: list | None = None) -> None:
-        if keys is not None or values is not None:
-            keys, values = list(keys or []), list(values or [])
+        # As in 0.27.0: the lists are used only when both are non-empty (then their sizes must match); anything else
+        # makes an empty PairList. (0.27.0's pair_list=/pair_map= arguments crash there, so they are left out.)
+        if keys and values:
             if len(keys) != len(values):
                 raise ValueError("key value size mismatch.")
-        self.keys: list = keys or []
-        self.values: list = values or []
+            self.keys: list = keys
+            self.values: list = values
+        else:
+            self.keys = []
+            self.values = []
 
-    def add(self, key: str | None = None, value: Any = None) -> None:
-        # As in djl_python: a falsy value (None, b"") is not added, so an empty body makes an empty Input.
-        if value:
+    def add(self, key: str | None = None, value: Any = None, index: int | None = None, pair: tuple | None = None):
+        # Only None is ignored: an empty body (b"" / bytearray()) is a value, so an HTTP request with no body makes
+        # an Input whose content is not empty (DJL's RequestParser always adds "data").
+        if index is not None and value is not None:
+            self.keys.insert(index, key)
+            self.values.insert(index, value)
+        elif pair:
+            self.keys.append(pair[0])
+            self.values.append(pair[1])
+        elif value is not None:
             self.keys.append(key)
             self.values.append(value)
 

@@ -2,7 +2,9 @@
 
 DJL hands model.py the `option.*` keys of serving.properties with the prefix stripped (`option.dtype=fp16` arrives as
 `properties["dtype"] == "fp16"`), all as strings, plus keys of its own (`model_dir`, `device_id`, and
-`tensor_parallel_degree` as an int). This module owns the keys in OWNED_PROPERTIES and ignores every other key.
+`tensor_parallel_degree` as an int). This module owns the keys in OWNED_PROPERTIES. Of DJL's own keys it reads only
+`model_loading_timeout` (DJL_PROPERTIES_READ), to wait for the weights exactly as long as DJL waits for the start-up.
+Every other key is ignored.
 
 Stdlib only, so the CDK side can read OWNED_PROPERTY_KEYS without torch:
     runpy.run_path("model_artifacts/deepspeed/lmi_config.py")["OWNED_PROPERTY_KEYS"]
@@ -29,6 +31,15 @@ OWNED_PROPERTIES = (
     "weights_dir",
 )
 OWNED_PROPERTY_KEYS = tuple(f"option.{key}" for key in OWNED_PROPERTIES)
+# Keys DJL itself acts on that the handler reads too (it never sets them: the CDK side or the base file does).
+DJL_PROPERTIES_READ = ("model_loading_timeout",)
+
+# How long DJL 0.27.0 waits for the start-up call (PyProcess.startPythonProcess: predict(init,
+# getModelLoadingTimeout())): option.model_loading_timeout if it parses as a non-zero int (PyModel.load), else the
+# MODEL_LOADING_TIMEOUT environment variable (the LMI 0.27.0 image sets 1200), else 240 s
+# (PyEnv.getModelLoadingTimeout).
+MODEL_LOADING_TIMEOUT_ENV = "MODEL_LOADING_TIMEOUT"
+DJL_DEFAULT_MODEL_LOADING_TIMEOUT = 240
 
 # Environment of the SageMaker Model (set by the CDK side), not serving.properties: a new model version then needs
 # no new code artifact, and DJL never sees an option.model_id it would download by itself.
@@ -66,6 +77,7 @@ class HandlerConfig:
     context_length: int | None = None  # prompt + new tokens; None: taken from the model's config
     kernel_injection: str = DEFAULT_KERNEL_INJECTION
     download_dir: str = DEFAULT_DOWNLOAD_DIR
+    model_loading_timeout: int = DJL_DEFAULT_MODEL_LOADING_TIMEOUT  # seconds; DJL's, see djl_model_loading_timeout
 
     @property
     def weights_in_s3(self) -> bool:
@@ -116,6 +128,7 @@ class HandlerConfig:
             context_length=context_length,
             kernel_injection=kernel_injection,
             download_dir=download_dir,
+            model_loading_timeout=djl_model_loading_timeout(properties, env),
         )
 
     def describe(self) -> str:
@@ -136,6 +149,26 @@ def split_s3_uri(uri: str) -> tuple[str, str]:
     if prefix and not prefix.endswith("/"):
         prefix += "/"
     return match.group("bucket"), prefix
+
+
+def djl_model_loading_timeout(properties: Mapping[str, Any], environ: Mapping[str, str]) -> int:
+    """The seconds DJL 0.27.0 gives the start-up call, resolved as DJL resolves them (see MODEL_LOADING_TIMEOUT_ENV)."""
+    for name, value in (
+        ("option.model_loading_timeout", properties.get("model_loading_timeout")),
+        (MODEL_LOADING_TIMEOUT_ENV, environ.get(MODEL_LOADING_TIMEOUT_ENV)),
+    ):
+        try:
+            seconds = int(str(value).strip())  # Java's Integer.parseInt: no "1e3", no "60.0"
+        except ValueError:
+            continue  # DJL logs "Invalid ... value" and falls through to the next source; so do we
+        if seconds < 0:
+            raise ConfigError(
+                f"{name}={value!r} is negative; DJL would give up on the start-up at once. Expected the seconds that "
+                "download and load may take (the CDK side renders it from the stage's start-up timeout)"
+            )
+        if seconds:
+            return seconds
+    return DJL_DEFAULT_MODEL_LOADING_TIMEOUT
 
 
 def _weights_location(properties: Mapping[str, Any], env: Mapping[str, str]) -> str:

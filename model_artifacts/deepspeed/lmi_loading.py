@@ -11,11 +11,17 @@ dtype in 5.x) and BLOOM kernel injection (below).
 
 Kernel injection: only on CUDA and only for architectures with a DeepSpeed injection policy. A folder holding a
 DeepSpeed inference checkpoint description (ds_inference_config.json, as microsoft/bloom-deepspeed-inference-int8)
-is built on the meta device and each rank loads only its shards, so no rank materializes the full model.
+is built on the meta device and each rank loads only its shards, so no rank materializes the full model. DeepSpeed
+0.12.6 checks such a description late (after minutes of loading) or not at all, so read_ds_checkpoint checks it at
+start-up the way deepspeed/module_inject/replace_module.py (replace_transformer_layer) and load_checkpoint.py will
+read it: type, version, the shards each rank loads, the tensor-parallel split and the dtype. The description is
+handed to init_inference as a dict whose base_dir is the weights folder (a base_dir in the file, as DeepSpeed's
+writer leaves it, would otherwise win over ours and point at the machine that wrote the shards).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -31,6 +37,17 @@ INJECTION_ARCHITECTURES = ("gptj", "opt", "bloom", "gpt_neox", "gpt2", "gpt_neo"
 # deepspeed >= 0.16.3 raises for BLOOM kernel injection with transformers > 4.43.4 (BLOOM's modules changed there).
 _LAST_TRANSFORMERS_FOR_BLOOM_INJECTION = (4, 43, 4)
 DS_CHECKPOINT_DESCRIPTION = "ds_inference_config.json"
+# Kernel-injection containers that load a checkpoint into a meta model (MetaTensorContainer in
+# deepspeed/module_inject/containers/{bloom,gptj,gptneo,gptneox,opt}.py @ v0.12.6). GPT-2's does not: it asserts
+# "Meta tensors are not supported for this model currently." (containers/base.py, check_meta_tensor_support).
+META_CHECKPOINT_ARCHITECTURES = ("gptj", "opt", "bloom", "gpt_neox", "gpt_neo")
+# get_sd_loader_json (deepspeed/runtime/state_dict_factory.py) returns these descriptions as they are; any other type
+# becomes a Megatron loader, which the kernel-injection path cannot read.
+DS_CHECKPOINT_TYPES = ("bloom", "ds_model")
+# The option.dtype values that can serve a checkpoint stored in each dtype (the description's torch names): int8
+# shards are loaded as they are, with their scales; fp16 shards may also be quantized to int8 while loading
+# (load_checkpoint.py, load_parameters: weight_quantizer.quantize for non-int8 tensors).
+_CHECKPOINT_DTYPES = {"int8": ("int8",), "float16": ("fp16", "int8"), "bfloat16": ("bf16",), "float32": ("fp32",)}
 # Config attributes that state a model's context window, in the order they are trusted.
 _CONTEXT_ATTRIBUTES = ("max_position_embeddings", "n_positions", "seq_length", "max_sequence_length", "n_ctx")
 # Tokenizers without a real limit report a huge sentinel (int(1e30)); anything above this is not a context length.
@@ -49,6 +66,7 @@ class LoadPlan:
     meta_checkpoint: str | None  # ds_inference_config.json to load shards from, model built on meta
     context_length: int  # prompt + new tokens
     max_input_length: int  # prompt tokens
+    checkpoint: dict | None = None  # the description init_inference gets, base_dir set to the weights folder
 
 
 def plan_loading(
@@ -69,7 +87,7 @@ def plan_loading(
             f"CUDA available: {cuda_available}, option.kernel_injection={config.kernel_injection!r}); "
             "use fp16 or bf16"
         )
-    meta_checkpoint = None
+    meta_checkpoint = checkpoint = None
     description = os.path.join(weights_dir, DS_CHECKPOINT_DESCRIPTION)
     if os.path.isfile(description):
         if not kernel_injection:
@@ -78,7 +96,19 @@ def plan_loading(
                 f"it is off here (model_type={model_type!r}, CUDA available: {cuda_available}, "
                 f"option.kernel_injection={config.kernel_injection!r})"
             )
+        checkpoint = read_ds_checkpoint(description, weights_dir, config=config, model_type=model_type)
         meta_checkpoint = description
+    if config.dtype == "int8" and checkpoint is None:
+        # DeepSpeed quantizes only while it loads checkpoint shards (load_checkpoint.py, weight_quantizer.quantize);
+        # from a Hugging Face model it copies fp16 weights into int8 parameters without scales, because
+        # apply_weight_quantization is disabled ("TODO(cmikeh2): Re-enable this once verified",
+        # module_inject/containers/base.py @ v0.12.6 and later): the endpoint would start and answer garbage.
+        raise ConfigError(
+            f"option.dtype='int8' needs a pre-sharded DeepSpeed checkpoint ({DS_CHECKPOINT_DESCRIPTION} with its "
+            f"shards) in {weights_dir}: DeepSpeed quantizes only while loading such shards, and would cast this "
+            "folder's weights to int8 without scales; serve an int8 or fp16 DeepSpeed checkpoint, or use "
+            "option.dtype=fp16 or bf16"
+        )
     context_length = _context_length(config, model_config, model_type, tokenizer_max_length)
     max_input_length = config.max_input_length if config.max_input_length is not None else context_length - 1
     if max_input_length >= context_length:
@@ -94,7 +124,82 @@ def plan_loading(
         meta_checkpoint=meta_checkpoint,
         context_length=context_length,
         max_input_length=max_input_length,
+        checkpoint=checkpoint,
     )
+
+
+def read_ds_checkpoint(path: str, weights_dir: str, *, config: HandlerConfig, model_type: str) -> dict:
+    """The checkpoint description for init_inference, once it is known to load on this endpoint (ConfigError if not).
+
+    Read as DeepSpeed 0.12.6 reads it in replace_transformer_layer: a dict of checkpoints (or parallelization "tp")
+    is tensor-parallel, its "tp" files split into groups of mp_size / tp_size (else the file count) shards; rank r of
+    N loads shard r * tp_size // N of each group (merging several when N < tp_size, splitting one when N > tp_size),
+    then every "non_tp" file. Otherwise every rank loads every listed file in turn.
+    """
+    tp = config.tensor_parallel_degree
+    try:
+        with open(path) as handle:
+            data = json.load(handle)
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"{path} is not readable JSON ({error}); expected DeepSpeed's description") from None
+    missing = [key for key in ("type", "checkpoints", "version") if not isinstance(data, dict) or key not in data]
+    if missing:
+        raise ConfigError(
+            f"{path} has no {', '.join(missing)}; DeepSpeed's get_sd_loader_json needs type, checkpoints and version"
+        )
+    if str(data["type"]).lower() not in DS_CHECKPOINT_TYPES:
+        raise ConfigError(
+            f"{path} has type={data['type']!r}; DeepSpeed loads pre-sharded inference checkpoints of type BLOOM or "
+            "ds_model (any other type goes to its Megatron loader)"
+        )
+    if model_type not in META_CHECKPOINT_ARCHITECTURES:
+        raise ConfigError(
+            f"{path} needs a model built on the meta device, which DeepSpeed's kernel injection loads only for "
+            f"{', '.join(META_CHECKPOINT_ARCHITECTURES)}, not model_type={model_type!r}; serve the Hugging Face weights"
+        )
+    listed = data["checkpoints"]
+    if isinstance(listed, dict) or data.get("parallelization", "pp") == "tp":
+        shards = listed.get("tp") if isinstance(listed, dict) else listed
+        non_tp = listed.get("non_tp", []) if isinstance(listed, dict) else []
+        if not isinstance(shards, list) or not shards or not isinstance(non_tp, list):
+            raise ConfigError(f"{path} lists no tensor-parallel shards (checkpoints.tp must be a list of files)")
+        split = data.get("mp_size", data.get("tp_size", len(shards)))
+        if not isinstance(split, int) or split < 1 or len(shards) % split:
+            raise ConfigError(
+                f"{path}: its {len(shards)} checkpoints.tp files do not form groups of tp_size={split!r}; DeepSpeed "
+                "would skip or misplace shards"
+            )
+        if data.get("dtype") == "int8" and split != tp:
+            raise ConfigError(
+                f"{path} is an int8 checkpoint sharded for tensor parallelism {split}, but this endpoint runs "
+                f'option.tensor_parallel_degree={tp}. DeepSpeed cannot merge or split int8 shards ("Merging of the '
+                'checkpoints are not supported when using INT8 checkpoint", module_inject/load_checkpoint.py): '
+                f"serve it with tensor_parallel_degree={split} on an instance with at least {split} GPUs, or use a "
+                f"checkpoint sharded for {tp}"
+            )
+        if split % tp and tp % split:
+            raise ConfigError(
+                f"{path} is sharded for tensor parallelism {split}, which option.tensor_parallel_degree={tp} neither "
+                f"divides nor is a multiple of; use tensor_parallel_degree={split} or a checkpoint sharded for {tp}"
+            )
+        files = shards + non_tp
+    elif isinstance(listed, list) and listed:
+        files = listed
+    else:
+        raise ConfigError(f"{path} lists no checkpoint files (checkpoints is {listed!r})")
+    stored = data.get("dtype")
+    if stored is not None and stored not in _CHECKPOINT_DTYPES:
+        raise ConfigError(f"{path} has dtype={stored!r}; expected one of {', '.join(_CHECKPOINT_DTYPES)}")
+    if stored is not None and config.dtype not in _CHECKPOINT_DTYPES[stored]:
+        raise ConfigError(
+            f"{path} holds {stored} weights, which option.dtype={config.dtype!r} cannot serve; "
+            f"use option.dtype={' or '.join(_CHECKPOINT_DTYPES[stored])}"
+        )
+    absent = [name for name in files if not os.path.isfile(os.path.join(weights_dir, name))]
+    if absent:
+        shown = ", ".join(absent[:5]) + (", ..." if len(absent) > 5 else "")
+        raise ConfigError(f"{path} lists {len(absent)} file(s) missing from {weights_dir}: {shown}")
+    return {**data, "base_dir": weights_dir}
 
 
 def load_model(weights_dir: str, config: HandlerConfig, *, use_cuda: bool, local_rank: int = 0):
@@ -133,8 +238,8 @@ def load_model(weights_dir: str, config: HandlerConfig, *, use_cuda: bool, local
     if plan.kernel_injection:
         # The fused kernels preallocate a KV workspace of max_out_tokens (default 1024) and fail on longer sequences.
         inference_kwargs["max_out_tokens"] = plan.context_length
-    if plan.meta_checkpoint:
-        inference_kwargs["checkpoint"] = plan.meta_checkpoint
+    if plan.checkpoint:
+        inference_kwargs["checkpoint"] = plan.checkpoint
         inference_kwargs["base_dir"] = weights_dir
     if use_cuda:
         torch.cuda.set_device(local_rank)

@@ -1,14 +1,20 @@
-"""Parse and validate one invocation body: the Hugging Face / LMI text-generation request.
+"""Parse and validate one invocation body: LMI 0.27.0's text-generation request (its "Dynamic Batch/Static Batch"
+schema, serving/docs/lmi/user_guides/lmi_input_output_schema.md, with the DeepSpeed parameters).
 
     {"inputs": "prompt" | ["prompt", ...],
      "parameters": {"max_new_tokens": 64, "do_sample": true, "temperature": 0.7, "top_p": 0.9, "top_k": 50,
-                    "repetition_penalty": 1.1, "stop": ["\\n\\n"], "seed": 42, "return_full_text": false}}
+                    "typical_p": 0.95, "repetition_penalty": 1.1, "stop_sequences": ["\\n\\n"], "seed": 42,
+                    "truncate": 512, "return_full_text": false, "details": true}}
 
 Every problem becomes a RequestError carrying the HTTP status and a message that names the field:
-400 the body is not a JSON object of this shape (not JSON, missing `inputs`, wrong types, unknown fields),
-413 the request exceeds a configured limit (too many prompts, max_new_tokens above the cap, too many stop strings),
+400 the body is not a JSON object of this shape: not UTF-8 JSON, a duplicate key, an integer too long for 64 bits,
+    nesting too deep to parse, a string that is not valid Unicode (a lone surrogate escape such as "\\ud800"),
+    missing `inputs`, wrong types, unknown fields;
+413 the request exceeds a configured limit (too many prompts, max_new_tokens above the cap, too many stop strings);
 422 a value of the right type is outside its range (empty prompt, temperature <= 0, top_p outside (0, 1], ...).
-Token-length limits need the tokenizer and are checked in lmi_generation (413 as well).
+Token-length limits need the tokenizer and are checked in lmi_generation (413 as well; 422 if the tokenizer cannot
+encode a prompt). Values the client echoes back in messages are shortened (reprlib), so a hostile value cannot
+make the error itself fail or grow to megabytes.
 
 Stdlib only: no torch, no transformers.
 """
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import reprlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +35,16 @@ UNPROCESSABLE = 422
 DEFAULT_MAX_NEW_TOKENS = 30
 MAX_STOP_SEQUENCES = 16
 _MAX_SEED = 2**63 - 1
+# The longest integer this API can use is a 64-bit seed (19 digits). Longer literals are refused while parsing:
+# converting them is quadratic, and above 4300 digits Python refuses with a ValueError of its own.
+_MAX_INTEGER_DIGITS = 20
+# vLLM raises temperatures below 0.01 to 0.01 (vllm/sampling_params.py, _MAX_TEMP): logits divided by less overflow
+# half precision into inf, and softmax turns inf into NaN. Done here too, so both engines sample alike.
+MIN_TEMPERATURE = 0.01
+# A repetition penalty multiplies or divides logits: outside [0.01, 100] it overflows fp16 logits the same way. On a
+# GPU, sampling from a NaN distribution is a device-side assert that leaves the worker's CUDA context unusable.
+MIN_REPETITION_PENALTY = 0.01
+MAX_REPETITION_PENALTY = 100.0
 
 TOP_LEVEL_FIELDS = ("inputs", "parameters")
 PARAMETERS = (
@@ -35,14 +52,20 @@ PARAMETERS = (
     "temperature",
     "top_p",
     "top_k",
+    "typical_p",
     "do_sample",
     "repetition_penalty",
     "stop",
+    "stop_sequences",  # LMI's name; `stop` is vLLM's and TGI's. Both may be given: the strings are merged.
     "seed",
+    "truncate",
     "return_full_text",
-    "details",  # accepted for LMI compatibility; details are always returned
+    "details",
 )
-_SAMPLING_PARAMETERS = ("temperature", "top_p", "top_k")
+_SAMPLING_PARAMETERS = ("temperature", "top_p", "top_k", "typical_p")
+
+_shown = reprlib.Repr()
+_shown.maxstring, _shown.maxother, _shown.maxlist, _shown.maxdict, _shown.maxlevel = 80, 80, 6, 6, 3
 
 
 class RequestError(Exception):
@@ -68,16 +91,21 @@ class GenerationParameters:
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
+    typical_p: float | None = None
     repetition_penalty: float | None = None
     stop: tuple[str, ...] = ()
     seed: int | None = None
+    truncate: int | None = None  # keep only the last `truncate` tokens of each prompt (TGI's and LMI's meaning)
     return_full_text: bool = False
+    details: bool = False
 
 
 @dataclass(frozen=True)
 class GenerationRequest:
     prompts: tuple[str, ...]
     parameters: GenerationParameters
+    # `inputs` was one string: the answer is one object, not a list (LMI's and vLLM's shape).
+    single: bool = False
 
 
 def parse_request(body: bytes | str | None, limits: RequestLimits) -> GenerationRequest:
@@ -87,7 +115,7 @@ def parse_request(body: bytes | str | None, limits: RequestLimits) -> Generation
     if unknown:
         raise RequestError(
             BAD_REQUEST,
-            f"unknown field(s) {', '.join(map(repr, unknown))} in the request; expected {', '.join(TOP_LEVEL_FIELDS)}",
+            f"unknown field(s) {_names(unknown)} in the request; expected {', '.join(TOP_LEVEL_FIELDS)}",
         )
     prompts = _prompts(payload, limits)
     raw_parameters = payload.get("parameters", {})
@@ -95,7 +123,34 @@ def parse_request(body: bytes | str | None, limits: RequestLimits) -> Generation
         raw_parameters = {}
     if not isinstance(raw_parameters, dict):
         raise RequestError(BAD_REQUEST, f"parameters must be a JSON object; got {_json_type(raw_parameters)}")
-    return GenerationRequest(prompts=prompts, parameters=_parameters(raw_parameters, limits))
+    return GenerationRequest(
+        prompts=prompts, parameters=_parameters(raw_parameters, limits), single=isinstance(payload["inputs"], str)
+    )
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+class _IntegerTooLong(Exception):
+    pass
+
+
+def _unique_keys(pairs: list) -> dict:
+    # json.loads keeps the last of two equal keys; a proxy or WAF that read the first would have checked another
+    # request than the one served.
+    result = {}
+    for key, value in pairs:
+        if key in result:
+            raise _DuplicateKey(key)
+        result[key] = value
+    return result
+
+
+def _integer_literal(text: str) -> int:
+    if len(text.lstrip("-")) > _MAX_INTEGER_DIGITS:
+        raise _IntegerTooLong(text)
+    return int(text)
 
 
 def _decode_json(body: bytes | str | None) -> dict:
@@ -104,14 +159,58 @@ def _decode_json(body: bytes | str | None) -> dict:
         raise RequestError(BAD_REQUEST, f"request body is empty; {example}")
     try:
         text = body.decode("utf-8") if isinstance(body, (bytes, bytearray)) else body
-        payload = json.loads(text)
+        payload = json.loads(text, object_pairs_hook=_unique_keys, parse_int=_integer_literal)
     except UnicodeDecodeError as error:
         raise RequestError(BAD_REQUEST, f"request body is not UTF-8 text ({error}); {example}") from None
     except json.JSONDecodeError as error:
         raise RequestError(BAD_REQUEST, f"request body is not valid JSON ({error}); {example}") from None
+    except _DuplicateKey as error:
+        raise RequestError(
+            BAD_REQUEST, f"request body has the key {_shown.repr(error.args[0])} twice in one object; send each once"
+        ) from None
+    except _IntegerTooLong as error:
+        raise RequestError(
+            BAD_REQUEST,
+            f"request body has an integer of {len(error.args[0].lstrip('-'))} digits; integers in this API fit in "
+            "64 bits (seed < 2**63)",
+        ) from None
+    except RecursionError:
+        raise RequestError(BAD_REQUEST, f"request body nests lists or objects too deeply to parse; {example}") from None
+    except ValueError as error:  # anything else the parser refuses is still the body's fault
+        raise RequestError(BAD_REQUEST, f"request body cannot be parsed ({error}); {example}") from None
     if not isinstance(payload, dict):
         raise RequestError(BAD_REQUEST, f"request body must be a JSON object, got {_json_type(payload)}; {example}")
+    _check_unicode(payload)
     return payload
+
+
+def _check_unicode(payload: dict) -> None:
+    """Refuse strings that are not valid Unicode: JSON's "\\ud800" escape decodes to a lone surrogate, which no
+    tokenizer accepts and no UTF-8 answer can carry. Iterative, so that nesting cannot exhaust the stack."""
+    pending: list[tuple[str, Any]] = [("", payload)]
+    while pending:
+        path, value = pending.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                _check_string(key, f"a key in {path or 'the body'}")
+                pending.append((f"{path}.{key}" if path else key, item))
+        elif isinstance(value, list):
+            pending.extend((f"{path}[{index}]", item) for index, item in enumerate(value))
+        elif isinstance(value, str):
+            _check_string(value, path)
+
+
+def _check_string(text: str, where: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        character = text[error.start]
+        raise RequestError(
+            BAD_REQUEST,
+            f"{_shown.repr(where)[1:-1]} is not valid Unicode: it has a lone surrogate \\u{ord(character):04x} at "
+            f"character {error.start}; escape a character outside the BMP as a surrogate pair (\\ud83d\\ude00) "
+            "or send it as UTF-8",
+        ) from None
 
 
 def _prompts(payload: dict, limits: RequestLimits) -> tuple[str, ...]:
@@ -146,8 +245,7 @@ def _parameters(raw: dict, limits: RequestLimits) -> GenerationParameters:
     unknown = sorted(set(raw) - set(PARAMETERS))
     if unknown:
         raise RequestError(
-            BAD_REQUEST,
-            f"unknown parameter(s) {', '.join(map(repr, unknown))}; expected any of {', '.join(PARAMETERS)}",
+            BAD_REQUEST, f"unknown parameter(s) {_names(unknown)}; expected any of {', '.join(PARAMETERS)}"
         )
     max_new_tokens = _integer(raw, "max_new_tokens", minimum=1)
     if max_new_tokens is None:
@@ -159,24 +257,34 @@ def _parameters(raw: dict, limits: RequestLimits) -> GenerationParameters:
             "(option.max_new_tokens)",
         )
     temperature = _number(raw, "temperature", "> 0", lambda value: value > 0)
+    if temperature is not None:
+        temperature = max(temperature, MIN_TEMPERATURE)
     top_p = _number(raw, "top_p", "in (0, 1]", lambda value: 0 < value <= 1)
     top_k = _integer(raw, "top_k", minimum=0)
-    repetition_penalty = _number(raw, "repetition_penalty", "> 0", lambda value: value > 0)
+    typical_p = _number(raw, "typical_p", "in (0, 1]", lambda value: 0 < value <= 1)
+    repetition_penalty = _number(
+        raw,
+        "repetition_penalty",
+        f"in [{MIN_REPETITION_PENALTY}, {MAX_REPETITION_PENALTY:g}] (1 = no penalty)",
+        lambda value: MIN_REPETITION_PENALTY <= value <= MAX_REPETITION_PENALTY,
+    )
     do_sample = _boolean(raw, "do_sample")
     if do_sample is None:
         # As in TGI and LMI >= 0.32: asking for a sampling knob means sampling.
         do_sample = any(raw.get(name) is not None for name in _SAMPLING_PARAMETERS)
-    _boolean(raw, "details")
     return GenerationParameters(
         max_new_tokens=max_new_tokens,
         do_sample=do_sample,
         temperature=temperature,
         top_p=top_p,
         top_k=top_k,
+        typical_p=typical_p,
         repetition_penalty=repetition_penalty,
-        stop=_stop(raw),
+        stop=_stops(raw),
         seed=_seed(raw),
+        truncate=_integer(raw, "truncate", minimum=1),
         return_full_text=bool(_boolean(raw, "return_full_text")),
+        details=bool(_boolean(raw, "details")),
     )
 
 
@@ -185,7 +293,9 @@ def _integer(raw: dict, name: str, *, minimum: int) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise RequestError(BAD_REQUEST, f"parameters.{name} must be an integer; got {_json_type(value)} {value!r}")
+        raise RequestError(
+            BAD_REQUEST, f"parameters.{name} must be an integer; got {_json_type(value)} {_shown.repr(value)}"
+        )
     if value < minimum:
         raise RequestError(UNPROCESSABLE, f"parameters.{name}={value} is out of range; expected >= {minimum}")
     return value
@@ -196,7 +306,9 @@ def _number(raw: dict, name: str, expected: str, valid) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise RequestError(BAD_REQUEST, f"parameters.{name} must be a number; got {_json_type(value)} {value!r}")
+        raise RequestError(
+            BAD_REQUEST, f"parameters.{name} must be a number; got {_json_type(value)} {_shown.repr(value)}"
+        )
     if not math.isfinite(value) or not valid(value):
         raise RequestError(UNPROCESSABLE, f"parameters.{name}={value} is out of range; expected a number {expected}")
     return float(value)
@@ -207,26 +319,36 @@ def _boolean(raw: dict, name: str) -> bool | None:
     if value is None:
         return None
     if not isinstance(value, bool):
-        raise RequestError(BAD_REQUEST, f"parameters.{name} must be true or false; got {_json_type(value)} {value!r}")
+        raise RequestError(
+            BAD_REQUEST, f"parameters.{name} must be true or false; got {_json_type(value)} {_shown.repr(value)}"
+        )
     return value
 
 
-def _stop(raw: dict) -> tuple[str, ...]:
-    value = raw.get("stop")
-    if value is None:
-        return ()
-    stops = [value] if isinstance(value, str) else value
-    if not isinstance(stops, list) or not all(isinstance(stop, str) for stop in stops):
-        raise RequestError(
-            BAD_REQUEST, f"parameters.stop must be a string or a list of strings; got {_json_type(value)} {value!r}"
-        )
+def _stops(raw: dict) -> tuple[str, ...]:
+    stops: list[str] = []
+    for name in ("stop", "stop_sequences"):
+        value = raw.get(name)
+        if value is None:
+            continue
+        given = [value] if isinstance(value, str) else value
+        if not isinstance(given, list) or not all(isinstance(stop, str) for stop in given):
+            raise RequestError(
+                BAD_REQUEST,
+                f"parameters.{name} must be a string or a list of strings; got {_json_type(value)} "
+                f"{_shown.repr(value)}",
+            )
+        if any(stop == "" for stop in given):
+            raise RequestError(
+                UNPROCESSABLE, f"parameters.{name} contains an empty string; every stop string needs text"
+            )
+        stops.extend(given)
     if len(stops) > MAX_STOP_SEQUENCES:
         raise RequestError(
-            PAYLOAD_TOO_LARGE, f"parameters.stop has {len(stops)} strings; at most {MAX_STOP_SEQUENCES} are accepted"
+            PAYLOAD_TOO_LARGE,
+            f"parameters.stop and stop_sequences have {len(stops)} strings; at most {MAX_STOP_SEQUENCES} are accepted",
         )
-    if any(stop == "" for stop in stops):
-        raise RequestError(UNPROCESSABLE, "parameters.stop contains an empty string; every stop string needs text")
-    return tuple(stops)
+    return tuple(dict.fromkeys(stops))  # each once, in order
 
 
 def _seed(raw: dict) -> int | None:
@@ -234,10 +356,17 @@ def _seed(raw: dict) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise RequestError(BAD_REQUEST, f"parameters.seed must be an integer; got {_json_type(value)} {value!r}")
+        raise RequestError(
+            BAD_REQUEST, f"parameters.seed must be an integer; got {_json_type(value)} {_shown.repr(value)}"
+        )
     if not 0 <= value <= _MAX_SEED:
         raise RequestError(UNPROCESSABLE, f"parameters.seed={value} is out of range; expected 0 <= seed < 2**63")
     return value
+
+
+def _names(keys: list) -> str:
+    shown = ", ".join(_shown.repr(key) for key in keys[:8])
+    return shown + (f" and {len(keys) - 8} more" if len(keys) > 8 else "")
 
 
 def _json_type(value: Any) -> str:

@@ -1,13 +1,22 @@
-"""Bring a model folder from an S3 prefix onto the instance, once per host, and only call it done when it is.
+"""Bring a model folder from an S3 prefix onto the instance, once per host, and fetch again whatever changed in S3.
 
-Unlike the reference notebooks (which wrote DONE before checking `aws s3 cp`'s exit code, so a failed download was
-never retried), the DONE marker here is written only after every listed object is on disk with its listed size, and
-it records what was downloaded so a restart can check it without calling S3:
+A folder is complete when every object listed under the prefix is on disk as S3 holds it now. File sizes cannot tell
+that (retrained weights of the same size under the same prefix would look complete), so every downloaded file is
+recorded with the ETag it was listed with, and every start lists the prefix again and compares:
 
-- local rank 0 downloads; the other ranks wait for it and fail with its error if it failed;
-- s5cmd (in the LMI images at /opt/djl/bin/s5cmd) when present, else boto3 with a thread pool;
-- resumable: files already on disk with their S3 size are skipped, boto3 writes each file under a `.partial` name
-  and renames it when complete;
+- an object whose ETag or size changed is fetched again; a file we downloaded that S3 no longer lists is removed
+  (a retrained model with fewer shards, or a different layout, must not load stale files);
+- ETags are compared as opaque strings, never as an MD5 of the file: a multipart upload's ETag is the MD5 of its
+  parts' MD5s plus "-<parts>", and an SSE-KMS object's is not an MD5 of the content either;
+- resumable: the record (.weights-manifest.json) is rewritten as files complete, so a failed or killed start
+  resumes with only what is missing or changed; DONE (a copy of the record) is written only when every listed
+  object is on disk as listed, and removed before anything in the folder changes;
+- local rank 0 downloads; the other ranks wait for it (resolve_weights) and fail with its error if it failed;
+- s5cmd (LMI 0.27.0 image: /opt/djl/bin/s5cmd, v2.0.0) copies exactly the files to fetch, as `cp --raw` lines of
+  one `s5cmd run` (never `sync --size-only`, which skips a changed file of the same size); without s5cmd, s3transfer
+  with 16 files in flight. Both write each file under a temporary name and rename it when complete;
+- botocore and s3transfer only, no boto3: the LMI image has them as awscli's dependencies, so nothing needs
+  installing at start-up (see model_artifacts/README.md, "Python packages");
 - a host-wide file lock, because DJL runs one MPI group per model copy (e.g. TP=2 on 4 GPUs is 2 workers, each with
   its own local rank 0) and they must not download into the same folder at once.
 
@@ -20,10 +29,11 @@ import contextlib
 import json
 import logging
 import os
+import shlex
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable
@@ -33,8 +43,8 @@ from lmi_config import split_s3_uri
 log = logging.getLogger(__name__)
 
 DONE_MARKER = "DONE"
+MANIFEST = ".weights-manifest.json"
 LOCK_FILE = ".download.lock"
-PARTIAL_SUFFIX = ".partial"
 LMI_S5CMD = "/opt/djl/bin/s5cmd"
 DEFAULT_THREADS = 16
 
@@ -47,7 +57,11 @@ class WeightsDownloadError(RuntimeError):
 class S3Object:
     key: str
     size: int
+    etag: str  # as listed, quotes included; compared, never interpreted
     relative_path: str  # path under the prefix, "/"-separated
+
+    def record(self) -> dict:
+        return {"size": self.size, "etag": self.etag}
 
 
 def local_weights_dir(s3_uri: str, download_dir: str | Path) -> Path:
@@ -63,19 +77,15 @@ def fetch_weights(
     threads: int = DEFAULT_THREADS,
     s5cmd: str | None = "auto",
 ) -> Path:
-    """Download the prefix unless a verified download is already there; return the local folder.
+    """List the prefix, fetch what is missing or changed since the last download, return the local folder.
 
-    `s5cmd="auto"` uses s5cmd when it is installed, None forces boto3, a path forces that binary.
+    `client` is a botocore S3 client (boto3's are too); `s5cmd="auto"` uses s5cmd when it is installed, None forces
+    s3transfer, a path forces that binary.
     """
     bucket, prefix = split_s3_uri(s3_uri)
     target = local_weights_dir(s3_uri, download_dir)
     target.mkdir(parents=True, exist_ok=True)
     with _host_lock(target / LOCK_FILE):
-        if is_complete(target, s3_uri):
-            log.info("weights: complete download of %s found in %s, skipping it", s3_uri, target)
-            return target
-        with contextlib.suppress(FileNotFoundError):
-            (target / DONE_MARKER).unlink()
         if client is None:
             client = _s3_client(threads)
         objects = list_prefix(client, bucket, prefix)
@@ -84,20 +94,48 @@ def fetch_weights(
                 f"{s3_uri} has no config.json at its top level ({len(objects)} objects listed); expected the "
                 "prefix of a Hugging Face model folder (config.json, weights, tokenizer files)"
             )
-        total_bytes = sum(obj.size for obj in objects)
-        log.info("weights: %d objects, %.1f MiB under %s -> %s", len(objects), total_bytes / 2**20, s3_uri, target)
+        manifest = Manifest.load(target, s3_uri)
+        pending = [obj for obj in objects if not manifest.holds(obj)]
+        listed = {obj.relative_path for obj in objects}
+        gone = sorted(relative for relative in manifest.files if relative not in listed)
+        if not pending and not gone and (target / DONE_MARKER).is_file():
+            log.info("weights: %s matches all %d objects of %s (ETags), nothing to fetch", target, len(objects), s3_uri)
+            return target
+
+        # From here until DONE is written again the folder is not a complete model.
+        _unlink(target / DONE_MARKER)
+        for relative in gone:
+            manifest.forget(relative)
+            _unlink(target / relative)
+        for obj in pending:
+            manifest.forget(obj.relative_path)
+        manifest.save()
+        if gone:
+            log.info("weights: removed %d file(s) S3 no longer lists: %s", len(gone), ", ".join(gone[:10]))
+        pending_bytes = sum(obj.size for obj in pending)
+        log.info(
+            "weights: fetching %d of %d objects (%.1f MiB) under %s -> %s",
+            len(pending),
+            len(objects),
+            pending_bytes / 2**20,
+            s3_uri,
+            target,
+        )
         s5cmd_path = find_s5cmd() if s5cmd == "auto" else s5cmd
-        if s5cmd_path:
-            download_with_s5cmd(s5cmd_path, bucket, prefix, target, threads=threads)
-        else:
-            download_with_boto3(client, bucket, objects, target, threads=threads)
-        problems = incomplete_files(objects, target)
+        try:
+            if s5cmd_path:
+                download_with_s5cmd(s5cmd_path, bucket, pending, target, threads=threads, done=manifest.add)
+            else:
+                download_with_s3transfer(client, bucket, pending, target, threads=threads, done=manifest.add)
+        finally:
+            manifest.save()  # what did arrive counts on the next start
+        problems = manifest.problems(objects)
         if problems:
             raise WeightsDownloadError(
                 f"download of {s3_uri} is incomplete, so no {DONE_MARKER} marker was written and the next start "
                 f"retries it: {'; '.join(problems[:10])}"
             )
-        _write_done_marker(target, s3_uri, objects)
+        manifest.save(DONE_MARKER)
         log.info("weights: %s verified and marked %s", target, DONE_MARKER)
     return target
 
@@ -110,7 +148,10 @@ def resolve_weights(
     gather_errors: Callable[[str | None], list[str]],
     fetch: Callable[..., Path] = fetch_weights,
 ) -> Path:
-    """Local rank 0 fetches; every rank then meets the others (gather_errors is the barrier) and fails alike."""
+    """Local rank 0 fetches; every rank then meets the others (gather_errors is the barrier) and fails alike.
+
+    The other ranks wait inside gather_errors for the whole download: give it a group whose timeout outlasts it
+    (lmi_distributed.long_wait_group), not the default group's."""
     error = None
     if local_rank == 0:
         try:
@@ -124,16 +165,62 @@ def resolve_weights(
     return local_weights_dir(s3_uri, download_dir)
 
 
-def is_complete(target: Path, s3_uri: str) -> bool:
-    """True when DONE names this source and every file it lists is on disk with its size."""
-    try:
-        marker = json.loads((target / DONE_MARKER).read_text())
-        files = marker["files"]
-        if marker["source"] != s3_uri:
-            return False
-        return all(_has_size(target / relative, size) for relative, size in files.items())
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return False
+class Manifest:
+    """The files of one download folder that are on disk as S3 listed them: {relative path: {"size", "etag"}}."""
+
+    def __init__(self, target: Path, source: str, files: dict[str, dict]) -> None:
+        self.target = target
+        self.source = source
+        self.files = files
+
+    @classmethod
+    def load(cls, target: Path, source: str) -> Manifest:
+        # DONE holds the same record; it is the fallback for a folder whose manifest was deleted by hand.
+        for name in (MANIFEST, DONE_MARKER):
+            try:
+                data = json.loads((target / name).read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(data, dict) and data.get("source") == source and isinstance(data.get("files"), dict):
+                files = {
+                    relative: entry
+                    for relative, entry in data["files"].items()
+                    if isinstance(entry, dict) and set(entry) == {"size", "etag"}  # older markers held sizes only
+                }
+                return cls(target, source, files)
+        return cls(target, source, {})
+
+    def holds(self, obj: S3Object) -> bool:
+        return self.files.get(obj.relative_path) == obj.record() and _has_size(
+            self.target / obj.relative_path, obj.size
+        )
+
+    def add(self, obj: S3Object) -> None:
+        """Record a file a download reported complete, if it is on disk with the listed size; saved at once, so a
+        start killed mid-download keeps it."""
+        if _has_size(self.target / obj.relative_path, obj.size):
+            self.files[obj.relative_path] = obj.record()
+            self.save()
+
+    def forget(self, relative: str) -> None:
+        self.files.pop(relative, None)
+
+    def problems(self, objects: list[S3Object]) -> list[str]:
+        problems = []
+        for obj in objects:
+            path = self.target / obj.relative_path
+            if not path.is_file():
+                problems.append(f"{obj.relative_path} is missing")
+            elif path.stat().st_size != obj.size:
+                problems.append(f"{obj.relative_path} has {path.stat().st_size} bytes, S3 lists {obj.size}")
+            elif not self.holds(obj):
+                problems.append(f"{obj.relative_path} was not reported downloaded")
+        return problems
+
+    def save(self, name: str = MANIFEST) -> None:
+        temporary = self.target / (name + ".tmp")
+        temporary.write_text(json.dumps({"source": self.source, "files": self.files}, indent=1, sort_keys=True))
+        os.replace(temporary, self.target / name)
 
 
 def list_prefix(client, bucket: str, prefix: str) -> list[S3Object]:
@@ -148,7 +235,7 @@ def list_prefix(client, bucket: str, prefix: str) -> list[S3Object]:
             parts = PurePosixPath(relative).parts
             if not parts or ".." in parts or relative.startswith("/"):
                 raise WeightsDownloadError(f"refusing S3 key {key!r}: it would land outside the download folder")
-            objects.append(S3Object(key=key, size=int(item["Size"]), relative_path=relative))
+            objects.append(S3Object(key=key, size=int(item["Size"]), etag=str(item["ETag"]), relative_path=relative))
     return objects
 
 
@@ -159,68 +246,72 @@ def find_s5cmd() -> str | None:
     return LMI_S5CMD if os.access(LMI_S5CMD, os.X_OK) else None
 
 
-def download_with_s5cmd(s5cmd: str, bucket: str, prefix: str, target: Path, *, threads: int) -> None:
-    # `sync --size-only` skips what is already there with the right size: resumable like the boto3 path.
-    command = [
-        s5cmd,
-        "--numworkers",
-        str(threads),
-        "--retry-count",
-        "3",
-        "sync",
-        "--size-only",
-        f"s3://{bucket}/{prefix}*",
-        f"{target}{os.sep}",
-    ]
-    log.info("weights: %s", " ".join(command))
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
+def download_with_s5cmd(
+    s5cmd: str, bucket: str, objects: list[S3Object], target: Path, *, threads: int, done: Callable[[S3Object], None]
+) -> None:
+    """One `s5cmd run` of `cp --raw` lines, one per object (--raw: keys with * ? [ are names, not patterns).
+
+    s5cmd exits 0 only when every line succeeded; otherwise its --json lines say which ones did, so they count."""
+    if not objects:
+        return
+    by_source = {f"s3://{bucket}/{obj.key}": obj for obj in objects}
+    lines = []
+    for source, obj in by_source.items():
+        destination = target / obj.relative_path
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        lines.append(f"cp --raw {shlex.quote(source)} {shlex.quote(str(destination))}\n")
+    with tempfile.TemporaryDirectory(prefix="s5cmd-") as scratch:
+        commands = Path(scratch, "commands.txt")
+        commands.write_text("".join(lines))
+        command = [s5cmd, "--json", "--numworkers", str(threads), "--retry-count", "3", "run", str(commands)]
+        log.info("weights: %s  (%d cp lines)", " ".join(command), len(lines))
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode == 0:
+        confirmed = objects
+    else:
+        confirmed = [by_source[source] for source in _s5cmd_copied(result.stdout) if source in by_source]
+    for obj in confirmed:
+        done(obj)
     if result.returncode != 0:
         raise WeightsDownloadError(
-            f"s5cmd exited with {result.returncode}: {(result.stderr or result.stdout).strip()[-2000:]}"
+            f"s5cmd exited with {result.returncode} after {len(confirmed)} of {len(objects)} files: "
+            f"{(result.stderr or result.stdout).strip()[-2000:]}"
         )
 
 
-def download_with_boto3(client, bucket: str, objects: list[S3Object], target: Path, *, threads: int) -> None:
-    pending = [obj for obj in objects if not _has_size(target / obj.relative_path, obj.size)]
-    if len(pending) < len(objects):
-        log.info("weights: %d of %d files already complete, skipping them", len(objects) - len(pending), len(objects))
+def _s5cmd_copied(stdout: str) -> Iterator[str]:
+    # s5cmd v2 --json: one {"operation": "cp", "success": true, "source": ..., "destination": ...} per copy.
+    for line in stdout.splitlines():
+        try:
+            message = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(message, dict) and message.get("operation") == "cp" and message.get("success") is True:
+            yield str(message.get("source"))
+
+
+def download_with_s3transfer(
+    client, bucket: str, objects: list[S3Object], target: Path, *, threads: int, done: Callable[[S3Object], None]
+) -> None:
+    from s3transfer.manager import TransferConfig, TransferManager
+
     failures = []
-    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        futures = {
-            pool.submit(download_object, client, bucket, obj.key, target / obj.relative_path): obj for obj in pending
-        }
-        for future, obj in futures.items():
-            error = future.exception()
-            if error is not None:
+    # s3transfer writes <file>.<random> and renames it when complete, and deletes it when the download fails.
+    with TransferManager(client, TransferConfig(max_request_concurrency=max(1, threads))) as manager:
+        futures = []
+        for obj in objects:
+            destination = target / obj.relative_path
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            futures.append((obj, manager.download(bucket, obj.key, str(destination))))
+        for obj, future in futures:
+            try:
+                future.result()
+            except Exception as error:
                 failures.append(f"{obj.key}: {type(error).__name__}: {error}")
+            else:
+                done(obj)
     if failures:
-        raise WeightsDownloadError(f"{len(failures)} of {len(pending)} downloads failed: {'; '.join(failures[:10])}")
-
-
-def download_object(client, bucket: str, key: str, destination: Path) -> None:
-    """One object, written under a temporary name and renamed when complete."""
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    partial = destination.with_name(destination.name + PARTIAL_SUFFIX)
-    client.download_file(bucket, key, str(partial))
-    os.replace(partial, destination)
-
-
-def incomplete_files(objects: list[S3Object], target: Path) -> list[str]:
-    problems = []
-    for obj in objects:
-        path = target / obj.relative_path
-        if not path.is_file():
-            problems.append(f"{obj.relative_path} is missing")
-        elif path.stat().st_size != obj.size:
-            problems.append(f"{obj.relative_path} has {path.stat().st_size} bytes, S3 lists {obj.size}")
-    return problems
-
-
-def _write_done_marker(target: Path, s3_uri: str, objects: list[S3Object]) -> None:
-    marker = {"source": s3_uri, "files": {obj.relative_path: obj.size for obj in objects}}
-    temporary = target / (DONE_MARKER + PARTIAL_SUFFIX)
-    temporary.write_text(json.dumps(marker, indent=1, sort_keys=True))
-    os.replace(temporary, target / DONE_MARKER)
+        raise WeightsDownloadError(f"{len(failures)} of {len(objects)} downloads failed: {'; '.join(failures[:10])}")
 
 
 def _has_size(path: Path, size: int) -> bool:
@@ -228,6 +319,11 @@ def _has_size(path: Path, size: int) -> bool:
         return path.is_file() and path.stat().st_size == size
     except OSError:
         return False
+
+
+def _unlink(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
 
 
 @contextlib.contextmanager
@@ -243,10 +339,11 @@ def _host_lock(path: Path) -> Iterator[None]:
 
 
 def _s3_client(threads: int):
-    import boto3
+    # botocore, not boto3: see the module docstring. Each file in flight is fetched in parallel ranged parts too.
+    import botocore.session
     from botocore.config import Config
 
-    # Each of the `threads` files in flight is itself fetched in up to 10 parallel parts (s3transfer's default).
-    return boto3.client(
-        "s3", config=Config(max_pool_connections=10 * max(1, threads), retries={"max_attempts": 10, "mode": "adaptive"})
+    return botocore.session.get_session().create_client(
+        "s3",
+        config=Config(max_pool_connections=max(10, 2 * threads), retries={"max_attempts": 10, "mode": "adaptive"}),
     )

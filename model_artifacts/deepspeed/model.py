@@ -3,7 +3,9 @@
 DJL calls `handle(inputs)` in every worker process (one per tensor-parallel rank, all ranks get every request):
 - the first call, which DJL makes at start-up with an empty input whose properties are the `option.*` values,
   loads the model once for this process (weights from S3 via local rank 0, then deepspeed.init_inference);
-- every later call is one invocation: JSON {"inputs": ..., "parameters": {...}} -> JSON [{"generated_text": ...}].
+- every later call is one invocation, JSON {"inputs": ..., "parameters": {...}} (LMI 0.27.0's schema), answered with
+  {"generated_text": ...} for a string prompt or a list of them for a list of prompts; or, with DJL dynamic batching
+  (`batch_size` > 1), several invocations at once (see TextGenerationService.inference).
 Bad requests get a 4xx Output with a message naming the field; the worker stays up for the next request.
 
 Configuration: lmi_config.py (serving.properties keys and the WEIGHTS_S3_URI / TENSOR_PARALLEL_DEGREE environment).
@@ -12,12 +14,15 @@ Locally: `python -m local.serve --handler model_artifacts/deepspeed` serves this
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 import sys
 import threading
 import time
 from http import HTTPStatus
+from typing import Any
 
 # DJL imports this file as a module of the model directory; make its sibling modules importable whatever the
 # loader did with sys.path.
@@ -28,6 +33,7 @@ if _HERE not in sys.path:
 from djl_python import Input, Output  # noqa: E402  (the container's package; local/djl_python stands in locally)
 from lmi_config import HandlerConfig  # noqa: E402
 from lmi_distributed import Ranks, gather_errors, init_process_group, shared_random_seed  # noqa: E402
+from lmi_generation import PreparedRequest, batch_key, response_body  # noqa: E402
 from lmi_requests import RequestError, RequestLimits, parse_request  # noqa: E402
 
 log = logging.getLogger("lmi_handler")
@@ -41,7 +47,7 @@ class TextGenerationService:
         self.ranks = Ranks()
         self.limits: RequestLimits | None = None
         self.generator = None
-        # DJL sends one request at a time per worker; the local server is threaded, and seeding is process-global.
+        # DJL calls a worker's handler once at a time; seeding is process-global, so generation is serialized anyway.
         self._lock = threading.Lock()
 
     @property
@@ -49,8 +55,11 @@ class TextGenerationService:
         return self.generator is not None
 
     def initialize(self, properties: dict) -> None:
+        import functools
+
         import torch
         from lmi_config import ConfigError
+        from lmi_distributed import long_wait_group
         from lmi_generation import TextGenerator
         from lmi_loading import load_model
         from lmi_weights import resolve_weights
@@ -68,37 +77,135 @@ class TextGenerationService:
         use_cuda = torch.cuda.is_available()
         init_process_group(ranks, use_cuda=use_cuda)
         if config.weights_in_s3:
-            weights_dir = str(
-                resolve_weights(
-                    config.weights, config.download_dir, local_rank=ranks.local_rank, gather_errors=gather_errors
+            # The other ranks wait for local rank 0's download for as long as DJL waits for this start-up, not for
+            # the process group's default timeout (30 minutes), which a large model's download outlasts.
+            with long_wait_group(config.model_loading_timeout) as download_group:
+                weights_dir = str(
+                    resolve_weights(
+                        config.weights,
+                        config.download_dir,
+                        local_rank=ranks.local_rank,
+                        gather_errors=functools.partial(gather_errors, group=download_group),
+                    )
                 )
-            )
         else:
             weights_dir = config.weights
         model, tokenizer, plan = load_model(weights_dir, config, use_cuda=use_cuda, local_rank=ranks.local_rank)
         self.generator = TextGenerator(
             model, tokenizer, context_length=plan.context_length, max_input_length=plan.max_input_length
         )
+        if plan.kernel_injection:
+            # Every rank, in step (tensor-parallel collectives): the kernels' workspace fits the largest batch.
+            self.generator.warm_up(config.max_batch_size)
         self.config = config
         self.ranks = ranks
         self.limits = RequestLimits(max_batch_size=config.max_batch_size, max_new_tokens=config.max_new_tokens)
         log.info("model ready in %.1f s (kernel injection: %s)", time.monotonic() - started, plan.kernel_injection)
 
     def inference(self, inputs: Input) -> Output:
-        try:
-            request = parse_request(inputs.get_as_bytes(), self.limits)
-            seed = request.parameters.seed
-            if seed is None and request.parameters.do_sample and self.ranks.world_size > 1:
-                seed = shared_random_seed()
-            with self._lock:
-                results = self.generator.generate(request, seed=seed)
-        except RequestError as error:
-            log.info("rejected request (%d): %s", error.status, error.message)
-            return error_output(error.status, error.message)
-        except Exception as error:  # the worker must survive whatever one request does
-            log.exception("generation failed")
-            return error_output(HTTPStatus.INTERNAL_SERVER_ERROR, f"generation failed: {type(error).__name__}: {error}")
-        return Output().add_property("content-type", "application/json").add_as_json(results)
+        """Answer one DJL call: one request, or a DJL dynamic batch of them (`batch_size` > 1 in serving.properties).
+
+        A batch gets one Output whose content holds one answer per request under `batch_<i>.data`, which DJL's
+        PyPredictor splits back. DJL 0.27.0 gives every request of a batch the batch Output's status code (and a code
+        >= 300 would answer every request with the same body), so each request's own error travels as its JSON error
+        body {"code", "message", "error"} under status 200, and the other requests are answered as usual."""
+        if _is_djl_batch(inputs):
+            requests = inputs.get_batches()
+            output = Output().add_property("content-type", "application/json")
+            for index, (_, body) in enumerate(self.answer([request.get_as_bytes() for request in requests])):
+                output.add_as_json(body, key="data", batch_index=index)
+            return output
+        ((status, body),) = self.answer([inputs.get_as_bytes()])
+        if status != HTTPStatus.OK:
+            return error_output(status, body["error"])
+        return Output().add_property("content-type", "application/json").add_as_json(body)
+
+    def answer(self, bodies: list) -> list[tuple[int, Any]]:
+        """(status, JSON body) for each raw request body, in order; no request's failure touches another's answer."""
+        answers: list = [None] * len(bodies)
+        prepared: dict[int, PreparedRequest] = {}
+        for index, body in enumerate(bodies):
+            try:
+                prepared[index] = self.generator.prepare(parse_request(body, self.limits))
+            except RequestError as error:
+                log.info("rejected request (%d): %s", error.status, error.message)
+                answers[index] = (error.status, error_body(error.status, error.message))
+            except _FATAL:
+                raise
+            except BaseException as error:  # the worker must survive whatever one request does
+                answers[index] = _failure(error)
+        for group in _groups(prepared, self.limits.max_batch_size):
+            try:
+                parameters = prepared[group[0]].request.parameters
+                seed = parameters.seed
+                if seed is None and parameters.do_sample and self.ranks.world_size > 1:
+                    seed = shared_random_seed()  # every rank draws the same tokens
+                with self._lock:
+                    results = self.generator.generate([prepared[index] for index in group], seed=seed)
+            except _FATAL:
+                raise
+            except BaseException as error:
+                for index in group:
+                    answers[index] = _failure(error)
+                continue
+            for index, result in zip(group, results):
+                body = response_body(prepared[index].request, result)
+                try:
+                    json.dumps(body, ensure_ascii=False, allow_nan=False).encode("utf-8")  # as Output will
+                except ValueError as error:
+                    answers[index] = _failure(error)
+                else:
+                    answers[index] = (HTTPStatus.OK, body)
+        return answers
+
+
+# Never turned into a 500: stopping the process must stop it.
+_FATAL = (KeyboardInterrupt, SystemExit)
+_BATCH_CONTENT_KEY = re.compile(r"batch_\d{3}\.")
+
+
+def _is_djl_batch(inputs: Input) -> bool:
+    """DJL's PyPredictor marks a batch with a `batch_size` property, but a client can send that property too: as a
+    header, or in SageMaker's CustomAttributes ("batch_size=2"), which DJL's RequestParser turns into properties.
+    Only a real batch has nothing but `batch_NNN.`-prefixed content."""
+    keys = inputs.get_content().get_keys()
+    return (
+        inputs.is_batch() and bool(keys) and all(isinstance(key, str) and _BATCH_CONTENT_KEY.match(key) for key in keys)
+    )
+
+
+def _failure(error: BaseException) -> tuple[int, dict]:
+    # BaseException, not Exception: a Rust panic in tokenizers is a BaseException (pyo3's PanicException), which
+    # DJL's Python engine does not catch either; the process would exit and DJL would reload the model.
+    log.error("generation failed", exc_info=error)
+    status = HTTPStatus.INTERNAL_SERVER_ERROR
+    return status, error_body(status, f"generation failed: {type(error).__name__}: {error}")
+
+
+def _groups(prepared: dict, max_prompts: int) -> list[list[int]]:
+    """Indices of the requests that share one model.generate call (equal batch_key, at most option.max_batch_size
+    prompts in all, so that memory stays within what the deployment was sized for), in order of arrival."""
+    groups: list[list[int]] = []
+    open_groups: dict = {}  # batch_key -> (group, prompts in it)
+    for index, item in prepared.items():
+        key = batch_key(item.request)
+        prompts = len(item.token_ids)
+        if key is not None and key in open_groups:
+            group, size = open_groups[key]
+            if size + prompts <= max_prompts:
+                group.append(index)
+                open_groups[key] = (group, size + prompts)
+                continue
+        group = [index]
+        groups.append(group)
+        if key is not None:
+            open_groups[key] = (group, prompts)
+    return groups
+
+
+def error_body(status: int, message: str) -> dict:
+    """Output.error's JSON body: {"code", "message" (the HTTP reason), "error" (what was wrong)}."""
+    return {"code": int(status), "message": HTTPStatus(int(status)).phrase, "error": message}
 
 
 def error_output(status: int, message: str) -> Output:

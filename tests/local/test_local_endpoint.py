@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -51,7 +52,8 @@ def test_invocations_answer_what_model_generate_gives(endpoint, tiny_gptj_dir):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     status, content_type, body = _call(
-        endpoint.url + "/invocations", {"inputs": ["the model likes", "a cat"], "parameters": {"max_new_tokens": 6}}
+        endpoint.url + "/invocations",
+        {"inputs": ["the model likes", "a cat"], "parameters": {"max_new_tokens": 6, "details": True}},
     )
     assert (status, content_type) == (200, "application/json")
     dtype_name = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"  # 4.3x too
@@ -78,7 +80,43 @@ def test_a_bad_request_gets_its_4xx_over_http_and_the_next_one_is_served(endpoin
     status, _, body = _call(endpoint.url + "/invocations", {"inputs": "x", "parameters": {"max_new_tokens": 10_000}})
     assert status == 413 and "parameters.max_new_tokens=10000 is above this endpoint's cap" in body["error"]
     status, _, body = _call(endpoint.url + "/invocations", {"inputs": "a cat", "parameters": {"max_new_tokens": 2}})
-    assert status == 200 and len(body) == 1
+    assert status == 200 and set(body) == {"generated_text"}
+
+
+def test_an_empty_body_and_query_parameters_reach_the_handler_as_djl_sends_them(endpoint):
+    status, _, body = _call(endpoint.url + "/invocations?seed=3", b"")
+    assert status == 400 and "request body is empty" in body["error"]
+    status, _, body = _call(
+        endpoint.url + "/invocations?seed=3", {"inputs": "a cat", "parameters": {"max_new_tokens": 2}}
+    )
+    assert status == 200 and isinstance(body["generated_text"], str)  # the body is "data", not the first entry
+
+
+def test_with_batch_size_concurrent_requests_are_answered_in_one_batch_as_djl_does(endpoint, tiny_gptj_dir):
+    payloads = [
+        {"inputs": "the model likes", "parameters": {"max_new_tokens": 4}},
+        {"inputs": ["a cat", "a dog"], "parameters": {"max_new_tokens": 4, "details": True}},
+        {"inputs": "a cat", "parameters": {"max_new_tokens": 10_000}},
+    ]
+    alone = [_call(endpoint.url + "/invocations", payload) for payload in payloads]
+    assert [status for status, _, _ in alone] == [200, 200, 413]
+    properties = {"batch_size": "3", "max_batch_delay": "10000"}
+    with LocalEndpoint(HANDLER_DIR, tiny_gptj_dir, properties=properties, port=0) as batching:
+        answers = [None] * len(payloads)
+
+        def post(index):
+            answers[index] = _call(batching.url + "/invocations", payloads[index])
+
+        threads = [threading.Thread(target=post, args=(index,)) for index in range(len(payloads))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert batching.worker.sizes == [3]
+    assert [body for _, _, body in answers] == [body for _, _, body in alone]
+    # DJL 0.27.0 answers every request of a batch with the batch's status: a refused one is a 200 with its error body.
+    assert [status for status, _, _ in answers] == [200, 200, 200]
+    assert answers[2][2]["code"] == 413
 
 
 def test_other_routes_are_not_found(endpoint):
@@ -114,8 +152,10 @@ def test_weights_are_downloaded_from_s3_like_on_an_endpoint(tiny_gptj_dir, moto_
     ) as running:
         assert "WEIGHTS_S3_URI" not in os.environ  # set for the start-up call only
         assert (tmp_path / "local-endpoint-test" / "tiny" / "DONE").is_file()
-        status, _, body = _call(running.url + "/invocations", {"inputs": "a cat", "parameters": {"max_new_tokens": 2}})
-        assert status == 200 and body[0]["details"]["prompt_tokens"] == 2
+        status, _, body = _call(
+            running.url + "/invocations", {"inputs": "a cat", "parameters": {"max_new_tokens": 2, "details": True}}
+        )
+        assert status == 200 and body["details"]["prompt_tokens"] == 2
 
 
 def test_a_start_up_failure_is_raised_and_nothing_is_left_behind(tmp_path):
@@ -155,8 +195,10 @@ def test_the_cli_serves_a_fresh_tiny_model_until_terminated():
         assert url, "".join(log)
         (tiny_folder,) = re.findall(r"built a tiny random gptj in (\S+)", "".join(log))
         assert Path(tiny_folder, "config.json").is_file()
-        status, _, body = _call(url + "/invocations", {"inputs": "the model", "parameters": {"max_new_tokens": 4}})
-        assert status == 200 and body[0]["details"]["generated_tokens"] <= 4
+        status, _, body = _call(
+            url + "/invocations", {"inputs": "the model", "parameters": {"max_new_tokens": 4, "details": True}}
+        )
+        assert status == 200 and body["details"]["generated_tokens"] <= 4
         status, _, body = _call(url + "/invocations", {"inputs": "x", "parameters": {"max_new_tokens": 17}})
         assert status == 413 and "cap of 16" in body["error"]
     finally:

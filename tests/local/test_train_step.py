@@ -34,7 +34,7 @@ def test_hyperparameters_are_the_pipelines_except_the_printed_local_changes(asse
     changed = {k for k in written if written[k] != pipeline.get(k)}
     assert changed == {
         "sagemaker_submit_directory", "sagemaker_mpi_enabled", "backend", "fp16", "checkpoint_dir",
-        "max_steps", "train_batch_size", "lr", "sagemaker_instance_type",  # pipeline parameters, resolved
+        "max_steps", "train_batch_size", "lr",  # pipeline parameters, resolved
     }  # fmt: skip
     assert written["mp_parameters"] == pipeline["mp_parameters"]
     assert (written["max_steps"], written["train_batch_size"]) == ("6", "4")

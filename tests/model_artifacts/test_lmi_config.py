@@ -7,7 +7,14 @@ import runpy
 from pathlib import Path
 
 import pytest
-from lmi_config import OWNED_PROPERTIES, OWNED_PROPERTY_KEYS, ConfigError, HandlerConfig, split_s3_uri
+from lmi_config import (
+    DJL_PROPERTIES_READ,
+    OWNED_PROPERTIES,
+    OWNED_PROPERTY_KEYS,
+    ConfigError,
+    HandlerConfig,
+    split_s3_uri,
+)
 
 HANDLER_DIR = Path(__file__).resolve().parents[2] / "model_artifacts" / "deepspeed"
 S3_ENV = {"WEIGHTS_S3_URI": "s3://my-models/gptj/v3/"}
@@ -19,6 +26,7 @@ def test_defaults_with_only_the_weights_location():
     assert (config.tensor_parallel_degree, config.dtype, config.kernel_injection) == (1, "fp16", "auto")
     assert (config.max_new_tokens, config.max_batch_size, config.download_dir) == (256, 4, "/tmp/weights")
     assert config.max_input_length is None and config.context_length is None
+    assert config.model_loading_timeout == 240  # DJL's own default (PyEnv.getModelLoadingTimeout)
 
 
 def test_parses_string_properties_as_djl_passes_them():
@@ -47,6 +55,23 @@ def test_parses_string_properties_as_djl_passes_them():
         kernel_injection="false",
         download_dir="/tmp/w",
     )
+
+
+@pytest.mark.parametrize(
+    ("properties", "env", "seconds"),
+    [
+        ({"model_loading_timeout": "2820"}, {"MODEL_LOADING_TIMEOUT": "1200"}, 2820),  # the stage's, rendered
+        ({}, {"MODEL_LOADING_TIMEOUT": "1200"}, 1200),  # the LMI 0.27.0 image's ENV
+        ({"model_loading_timeout": "0"}, {"MODEL_LOADING_TIMEOUT": "1200"}, 1200),  # 0 means unset to DJL
+        ({"model_loading_timeout": "47min"}, {"MODEL_LOADING_TIMEOUT": "1200"}, 1200),  # DJL: "Invalid ... value"
+        ({}, {"MODEL_LOADING_TIMEOUT": "soon"}, 240),
+        ({}, {}, 240),
+    ],
+)
+def test_the_model_loading_timeout_is_the_one_djl_waits_for(properties, env, seconds):
+    """DJL 0.27.0 waits for the start-up call this long (PyModel.load parses option.model_loading_timeout;
+    PyEnv.getModelLoadingTimeout falls back to MODEL_LOADING_TIMEOUT, then 240 s); the download wait matches it."""
+    assert HandlerConfig.from_properties(properties, {**S3_ENV, **env}).model_loading_timeout == seconds
 
 
 def test_tensor_parallel_degree_falls_back_to_the_environment():
@@ -98,6 +123,7 @@ def test_weights_packed_next_to_model_py_are_found_through_model_dir(tmp_path):
             "option.dtype='int8' needs DeepSpeed kernel injection",
         ),
         ({"download_dir": " "}, S3_ENV, "option.download_dir is empty"),
+        ({"model_loading_timeout": "-1"}, S3_ENV, "option.model_loading_timeout='-1' is negative"),
         ({}, {"WEIGHTS_S3_URI": "https://bucket/x"}, "WEIGHTS_S3_URI='https://bucket/x' is not an S3 prefix"),
         ({}, {"WEIGHTS_S3_URI": "s3://Upper/x"}, "is not an S3 prefix; expected s3://bucket/prefix/"),
         ({}, {}, "no model weights configured: set the environment variable WEIGHTS_S3_URI"),
@@ -113,7 +139,9 @@ def test_rejects_bad_settings_naming_key_value_and_what_is_accepted(properties, 
 
 def test_owned_keys_are_the_option_spelling_of_the_config_fields():
     fields = {field.name for field in dataclasses.fields(HandlerConfig)} - {"weights"}
-    assert set(OWNED_PROPERTIES) == fields | {"weights_dir"}
+    # DJL's own keys are read, never owned: the base file and the CDK side set them for DJL.
+    assert set(OWNED_PROPERTIES) == fields - set(DJL_PROPERTIES_READ) | {"weights_dir"}
+    assert DJL_PROPERTIES_READ == ("model_loading_timeout",)
     assert all(key == f"option.{name}" for key, name in zip(OWNED_PROPERTY_KEYS, OWNED_PROPERTIES, strict=True))
 
 

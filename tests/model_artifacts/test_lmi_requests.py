@@ -30,7 +30,7 @@ BAD_REQUESTS = [
     ({"inputs": "hi", "parameters": {"return_full_text": 1}}, 400, "parameters.return_full_text must be true"),
     ({"inputs": ["a", "b", "c", "d"]}, 413, "inputs has 4 prompts; this endpoint accepts at most 3"),
     ({"inputs": "hi", "parameters": {"max_new_tokens": 65}}, 413, "max_new_tokens=65 is above this endpoint's cap"),
-    ({"inputs": "hi", "parameters": {"stop": ["x"] * 17}}, 413, "parameters.stop has 17 strings; at most 16"),
+    ({"inputs": "hi", "parameters": {"stop": ["x"] * 17}}, 413, "stop and stop_sequences have 17 strings; at most 16"),
     ({"inputs": ""}, 422, "inputs is an empty string"),
     ({"inputs": ["fine", ""]}, 422, "inputs[1] is an empty string"),
     ({"inputs": []}, 422, "inputs is an empty list"),
@@ -40,6 +40,33 @@ BAD_REQUESTS = [
     ({"inputs": "hi", "parameters": {"top_p": 1.5}}, 422, "parameters.top_p=1.5 is out of range; expected a number in"),
     ({"inputs": "hi", "parameters": {"top_k": -1}}, 422, "parameters.top_k=-1 is out of range; expected >= 0"),
     ({"inputs": "hi", "parameters": {"repetition_penalty": 0}}, 422, "parameters.repetition_penalty=0"),
+    ({"inputs": "hi", "parameters": {"repetition_penalty": 1e-300}}, 422, "repetition_penalty=1e-300 is out of range"),
+    ({"inputs": "hi", "parameters": {"repetition_penalty": 101}}, 422, "expected a number in [0.01, 100]"),
+    (
+        {"inputs": "hi", "parameters": {"typical_p": 0}},
+        422,
+        "parameters.typical_p=0 is out of range; expected a number in",
+    ),
+    ({"inputs": "hi", "parameters": {"typical_p": 1.01}}, 422, "parameters.typical_p=1.01 is out of range"),
+    ({"inputs": "hi", "parameters": {"typical_p": "0.9"}}, 400, "parameters.typical_p must be a number"),
+    ({"inputs": "hi", "parameters": {"truncate": 0}}, 422, "parameters.truncate=0 is out of range; expected >= 1"),
+    ({"inputs": "hi", "parameters": {"truncate": 2.5}}, 400, "parameters.truncate must be an integer"),
+    (
+        {"inputs": "hi", "parameters": {"stop_sequences": [3]}},
+        400,
+        "parameters.stop_sequences must be a string or a list",
+    ),
+    (
+        {"inputs": "hi", "parameters": {"stop_sequences": [""]}},
+        422,
+        "parameters.stop_sequences contains an empty string",
+    ),
+    (
+        {"inputs": "hi", "parameters": {"stop": ["a"] * 9 + [str(i) for i in range(8)], "stop_sequences": ["b"]}},
+        413,
+        "stop and stop_sequences have 18 strings",
+    ),
+    ({"inputs": "hi", "parameters": {"details": "yes"}}, 400, "parameters.details must be true or false"),
     ({"inputs": "hi", "parameters": {"stop": ["end", ""]}}, 422, "parameters.stop contains an empty string"),
     ({"inputs": "hi", "parameters": {"seed": -1}}, 422, "parameters.seed=-1 is out of range"),
 ]
@@ -63,6 +90,14 @@ def test_a_single_prompt_with_defaults_is_greedy_with_30_new_tokens():
     request = parse_request(b'{"inputs": "the model"}', LIMITS)
     assert request.prompts == ("the model",)
     assert request.parameters == GenerationParameters(max_new_tokens=30, do_sample=False)
+    assert request.single  # answered with one object, as LMI and the vLLM variant answer a string prompt
+    assert not parse_request(b'{"inputs": ["the model"]}', LIMITS).single
+
+
+def test_temperatures_below_a_hundredth_are_raised_to_it_as_vllm_does():
+    for given, used in ((1e-300, 0.01), (0.005, 0.01), (0.01, 0.01), (0.7, 0.7)):
+        request = parse_request(_body({"inputs": "x", "parameters": {"temperature": given}}), LIMITS)
+        assert request.parameters.temperature == used
 
 
 def test_default_max_new_tokens_never_exceeds_the_cap():
@@ -81,7 +116,10 @@ def test_every_parameter_is_parsed():
             "top_k": 40,
             "repetition_penalty": 1.1,
             "stop": "\n",
+            "stop_sequences": ["\n", "END"],
+            "typical_p": 0.95,
             "seed": 7,
+            "truncate": 100,
             "return_full_text": True,
             "details": True,
         },
@@ -94,11 +132,15 @@ def test_every_parameter_is_parsed():
         temperature=0.7,
         top_p=0.9,
         top_k=40,
+        typical_p=0.95,
         repetition_penalty=1.1,
-        stop=("\n",),
+        stop=("\n", "END"),  # stop and LMI's stop_sequences merged, each string once
         seed=7,
+        truncate=100,
         return_full_text=True,
+        details=True,
     )
+    assert not request.single
 
 
 @pytest.mark.parametrize(
@@ -110,6 +152,7 @@ def test_every_parameter_is_parsed():
         ({"top_p": 0.5, "do_sample": False}, False),
         ({"do_sample": True}, True),
         ({"repetition_penalty": 1.2}, False),
+        ({"typical_p": 0.9}, True),
     ],
 )
 def test_sampling_knobs_imply_sampling_unless_do_sample_says_otherwise(parameters, do_sample):
@@ -119,3 +162,43 @@ def test_sampling_knobs_imply_sampling_unless_do_sample_says_otherwise(parameter
 
 def test_null_parameters_mean_defaults():
     assert parse_request(b'{"inputs": "x", "parameters": null}', LIMITS).parameters.max_new_tokens == 30
+
+
+# Bodies a hostile or broken client can send. Each is the client's error (4xx, never 500), with a message that says
+# what is wrong and stays short whatever the body holds.
+HOSTILE_BODIES = [
+    ('{"inputs": "a", "parameters": {"max_new_tokens": ' + "9" * 5000 + "}}", 400, "an integer of 5000 digits"),
+    ('{"inputs": "a", "parameters": {"seed": -' + "1" * 21 + "}}", 400, "an integer of 21 digits"),
+    ('{"inputs": "a", "parameters": {"top_k": ' + "7" * 30 + "}}", 400, "integers in this API fit in 64 bits"),
+    ('{"inputs": ' + "[" * 100_000 + "]" * 100_000 + "}", 400, "nests lists or objects too deeply to parse"),
+    ('{"inputs": "\\ud800"}', 400, "inputs is not valid Unicode: it has a lone surrogate \\ud800 at character 0"),
+    ('{"inputs": ["fine", "a\\udfffb"]}', 400, "inputs[1] is not valid Unicode: it has a lone surrogate \\udfff"),
+    ('{"inputs": "a", "parameters": {"stop": ["\\ud83d"]}}', 400, "parameters.stop[0] is not valid Unicode"),
+    ('{"inputs": "a", "\\udc00": 1}', 400, "a key in the body is not valid Unicode"),
+    ('{"inputs": "a", "inputs": "b"}', 400, "the key 'inputs' twice in one object"),
+    ('{"inputs": "a", "parameters": {"seed": 1, "seed": 2}}', 400, "the key 'seed' twice in one object"),
+    ('{"inputs": "a", "parameters": {"temperature": NaN}}', 422, "parameters.temperature=nan is out of range"),
+    ('{"inputs": "a", "parameters": {"top_p": -Infinity}}', 422, "parameters.top_p=-inf is out of range"),
+    ('{"inputs": "a", "parameters": {"max_new_tokens": NaN}}', 400, "parameters.max_new_tokens must be an integer"),
+    ('{"inputs": "a", "parameters": {"temperature": 1e999}}', 422, "parameters.temperature=inf is out of range"),
+    ('{"inputs": NaN}', 400, "inputs must be a string or a list of strings; got a number"),
+    ('{"inputs": "a\u0001b"}', 400, "request body is not valid JSON (Invalid control character"),
+    ('{"inputs": 12345}', 400, "inputs must be a string or a list of strings; got a number"),
+    ('{"inputs": "a", "parameters": {"stop": ' + "[" * 900 + "]" * 900 + "}}", 400, "parameters.stop must be a string"),
+    ('{"inputs": "a", "parameters": {"stop": [' + ",".join(["1"] * 100_000) + "]}}", 400, "got a list [1, 1, 1"),
+    ('{"inputs": "a", "parameters": {"seed": "' + "x" * 1_000_000 + '"}}', 400, "parameters.seed must be an integer"),
+    ('{"inputs": "a", "' + "k" * 100_000 + '": 1}', 400, "unknown field(s) 'kkkk"),
+]
+
+
+@pytest.mark.bad_input("request")
+@pytest.mark.parametrize(("payload", "status", "message"), HOSTILE_BODIES, ids=lambda value: str(value)[:40])
+def test_a_hostile_body_is_the_clients_error_with_a_short_message(payload, status, message):
+    with pytest.raises(RequestError) as error:
+        parse_request(_body(payload), LIMITS)
+    assert (error.value.status, message in error.value.message) == (status, True), error.value.message
+    assert len(error.value.message) < 400
+
+
+def test_a_surrogate_pair_is_one_valid_character():
+    assert parse_request(b'{"inputs": "smile \\ud83d\\ude00"}', LIMITS).prompts == ("smile \U0001f600",)

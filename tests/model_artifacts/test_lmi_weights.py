@@ -1,19 +1,22 @@
-"""Weights from S3 (moto): complete-or-retried downloads, the DONE marker, resumption, s5cmd, one download per host."""
+"""Weights from S3 (moto, and the s5cmd stand-in): a download is complete only when every object is on disk as S3
+holds it now (ETags, not sizes), resumable, verified before DONE, and done once per host."""
 
 from __future__ import annotations
 
 import json
 import os
-import stat
-import sys
 import threading
+from collections import Counter
 
 import lmi_weights
 import pytest
-from lmi_weights import DONE_MARKER, WeightsDownloadError, fetch_weights, local_weights_dir, resolve_weights
+from botocore.exceptions import ClientError
+from lmi_weights import DONE_MARKER, MANIFEST, WeightsDownloadError, fetch_weights, local_weights_dir, resolve_weights
+from s3_standins import FakeS3, install_s5cmd, s5cmd_copied_keys, s5cmd_environment, s5cmd_invocations
 
 BUCKET = "lmi-test-weights"  # created by the s3 fixture
-URI = f"s3://{BUCKET}/models/tiny/"
+PREFIX = "models/tiny/"
+URI = f"s3://{BUCKET}/{PREFIX}"
 FILES = {
     "config.json": b'{"model_type": "gptj"}',
     "tokenizer.json": b"{}" * 300,
@@ -23,112 +26,192 @@ FILES = {
     "model.safetensors.index.json": b'{"weight_map": {}}',
     "extra/notes.txt": b"nested files keep their folder",
 }
+SHARD = "model-00002-of-00003.safetensors"
 
 
 @pytest.fixture
-def bucket_with_model(s3):
+def bucket(s3, tmp_path):
+    fake = FakeS3(s3, BUCKET, tmp_path / "s3-mirror")
     for relative, content in FILES.items():
-        s3.put_object(Bucket=BUCKET, Key=f"models/tiny/{relative}", Body=content)
-    s3.put_object(Bucket=BUCKET, Key="models/tiny/", Body=b"")  # a console "folder" marker, not a file
-    s3.put_object(Bucket=BUCKET, Key="models/tiny-v2/config.json", Body=b"{}")  # a sibling prefix, not ours
-    return s3
+        fake.put(PREFIX + relative, content)
+    fake.put(PREFIX, b"")  # a console "folder" marker, not a file
+    fake.put("models/tiny-v2/config.json", b"{}")  # a sibling prefix, not ours
+    return fake
 
 
 @pytest.fixture
-def counted_downloads(monkeypatch):
-    """Records the key of every per-object download the boto3 path makes."""
-    real = lmi_weights.download_object
+def fetched_keys(s3):
+    """Keys of every GetObject the moto client serves (s3transfer's downloads), in call order."""
     keys: list[str] = []
     lock = threading.Lock()
 
-    def counting(client, bucket, key, destination):
+    def record(params, **_):
         with lock:
-            keys.append(key)
-        real(client, bucket, key, destination)
+            keys.append(params["Key"])
 
-    monkeypatch.setattr(lmi_weights, "download_object", counting)
+    s3.meta.events.register("before-parameter-build.s3.GetObject", record)
     return keys
 
 
-def _assert_downloaded(target):
-    for relative, content in FILES.items():
-        assert (target / relative).read_bytes() == content
-    marker = json.loads((target / DONE_MARKER).read_text())
-    assert marker == {"source": URI, "files": {relative: len(content) for relative, content in FILES.items()}}
+@pytest.fixture
+def s5cmd(tmp_path, monkeypatch, bucket):
+    """The s5cmd stand-in on PATH, serving the bucket's mirror; returns its invocation log."""
+    log = tmp_path / "s5cmd.log"
+    install_s5cmd(tmp_path / "bin")
+    for name, value in s5cmd_environment(tmp_path / "bin", bucket.mirror, log).items():
+        monkeypatch.setenv(name, value)
+    return log
 
 
-def test_downloads_the_prefix_verifies_it_and_then_writes_done(bucket_with_model, tmp_path):
-    target = fetch_weights(URI, tmp_path, client=bucket_with_model, s5cmd=None)
+def _fail_downloads_of(client, *keys):
+    def refuse(params, **_):
+        if params["Key"] in keys:
+            raise ClientError({"Error": {"Code": "InternalError", "Message": "connection reset by peer"}}, "GetObject")
+
+    client.meta.events.register("before-parameter-build.s3.GetObject", refuse)
+    return refuse
+
+
+def _assert_downloaded(target, bucket, files=FILES):
+    for relative, content in files.items():
+        assert (target / relative).read_bytes() == content, relative
+    expected = {
+        "source": URI,
+        "files": {
+            relative: {"size": len(content), "etag": bucket.etag(PREFIX + relative)}
+            for relative, content in files.items()
+        },
+    }
+    assert json.loads((target / DONE_MARKER).read_text()) == expected
+    assert json.loads((target / MANIFEST).read_text()) == expected
+
+
+def test_downloads_the_prefix_verifies_it_and_then_writes_done(bucket, tmp_path):
+    target = fetch_weights(URI, tmp_path, client=bucket.client, s5cmd=None)
     assert target == tmp_path / BUCKET / "models" / "tiny" == local_weights_dir(URI, tmp_path)
-    _assert_downloaded(target)
-    assert not (target / "tiny-v2").exists() and not (tmp_path / BUCKET / "models" / "tiny-v2").exists()
-    assert not list(target.rglob("*.partial"))
+    _assert_downloaded(target, bucket)
+    assert not (tmp_path / BUCKET / "models" / "tiny-v2").exists()
+    assert sorted(path.name for path in target.iterdir() if path.name.startswith(".")) == [".download.lock", MANIFEST]
 
 
-def test_failure_mid_download_leaves_no_done_and_the_retry_fetches_only_what_is_missing(
-    bucket_with_model, tmp_path, monkeypatch
+@pytest.mark.parametrize("downloader", ["s3transfer", "s5cmd"])
+def test_an_object_overwritten_in_s3_with_the_same_size_is_fetched_again(
+    downloader, bucket, tmp_path, request, fetched_keys
 ):
-    real = lmi_weights.download_object
-    attempts: list[str] = []
+    """Retrained weights of the same size under the same prefix: the sizes match, the ETag does not."""
+    use_s5cmd = "auto" if downloader == "s5cmd" else None
+    log = request.getfixturevalue("s5cmd") if downloader == "s5cmd" else None
+    target = fetch_weights(URI, tmp_path / "weights", client=bucket.client, s5cmd=use_s5cmd)
+    retrained = os.urandom(len(FILES[SHARD]))
+    old_etag = bucket.etag(PREFIX + SHARD)
+    assert bucket.put(PREFIX + SHARD, retrained) != old_etag
+    fetched_keys.clear()
+    if log:
+        log.unlink()
 
-    def dies_on_the_third_object(client, bucket, key, destination):
-        attempts.append(key)
-        if len(attempts) == 3:
-            # Half a file written, then the connection drops.
-            destination.with_name(destination.name + ".partial").write_bytes(b"\0" * 100)
-            raise ConnectionError("connection reset by peer")
-        real(client, bucket, key, destination)
+    fetch_weights(URI, tmp_path / "weights", client=bucket.client, s5cmd=use_s5cmd)
 
-    monkeypatch.setattr(lmi_weights, "download_object", dies_on_the_third_object)
-    with pytest.raises(WeightsDownloadError, match=r"1 of 7 downloads failed: .*connection reset by peer"):
-        fetch_weights(URI, tmp_path, client=bucket_with_model, s5cmd=None, threads=1)
-    target = local_weights_dir(URI, tmp_path)
+    assert (target / SHARD).read_bytes() == retrained
+    _assert_downloaded(target, bucket, {**FILES, SHARD: retrained})
+    copied = s5cmd_copied_keys(log, BUCKET) if log else sorted(set(fetched_keys))
+    assert copied == [PREFIX + SHARD]  # only what changed
+
+
+def test_a_restart_lists_s3_again_and_fetches_nothing_when_nothing_changed(bucket, tmp_path, fetched_keys):
+    fetch_weights(URI, tmp_path, client=bucket.client, s5cmd=None)
+    fetched_keys.clear()
+    target = fetch_weights(URI, tmp_path, client=bucket.client, s5cmd=None)
+    assert fetched_keys == []
+    _assert_downloaded(target, bucket)
+
+
+def test_multipart_etags_are_compared_as_listed_never_as_an_md5_of_the_file(bucket, tmp_path, fetched_keys):
+    """A multipart object's ETag is "<md5 of the parts' md5s>-<parts>": a restart must not take the mismatch with the
+    file's MD5 for a change, and a same-size re-upload (other parts, other ETag) must be fetched again."""
+    part = 5 * 2**20  # S3's smallest part but the last
+    first = [os.urandom(part), os.urandom(1000)]
+    etag = bucket.put_multipart(PREFIX + "big.bin", first)
+    assert etag.strip('"').endswith("-2")
+    target = fetch_weights(URI, tmp_path, client=bucket.client, s5cmd=None)
+    assert (target / "big.bin").read_bytes() == b"".join(first)
+
+    fetched_keys.clear()
+    fetch_weights(URI, tmp_path, client=bucket.client, s5cmd=None)
+    assert fetched_keys == []
+
+    second = [os.urandom(part), os.urandom(1000)]
+    assert bucket.put_multipart(PREFIX + "big.bin", second) != etag
+    fetch_weights(URI, tmp_path, client=bucket.client, s5cmd=None)
+    assert set(fetched_keys) == {PREFIX + "big.bin"}
+    assert (target / "big.bin").read_bytes() == b"".join(second)
+
+
+def test_files_s3_no_longer_lists_are_removed_and_others_left_alone(bucket, tmp_path):
+    target = fetch_weights(URI, tmp_path, client=bucket.client, s5cmd=None)
+    (target / "notes-of-the-operator.txt").write_text("not ours")
+    bucket.delete(PREFIX + "model-00003-of-00003.safetensors")
+    fetch_weights(URI, tmp_path, client=bucket.client, s5cmd=None)
+    assert not (target / "model-00003-of-00003.safetensors").exists()
+    assert (target / "notes-of-the-operator.txt").read_text() == "not ours"
+    remaining = {k: v for k, v in FILES.items() if k != "model-00003-of-00003.safetensors"}
+    _assert_downloaded(target, bucket, remaining)
+
+
+def test_a_failure_leaves_no_done_and_the_retry_fetches_only_what_is_missing_or_changed(bucket, tmp_path, fetched_keys):
+    target = fetch_weights(URI, tmp_path, client=bucket.client, s5cmd=None)
+    changed = {SHARD: os.urandom(len(FILES[SHARD])), "tokenizer.json": b"[]" * 300}
+    for relative, content in changed.items():
+        bucket.put(PREFIX + relative, content)
+    refuse = _fail_downloads_of(bucket.client, PREFIX + SHARD)
+    fetched_keys.clear()
+    with pytest.raises(WeightsDownloadError, match=r"1 of 2 downloads failed: .*connection reset by peer"):
+        fetch_weights(URI, tmp_path, client=bucket.client, s5cmd=None, threads=1)
     assert not (target / DONE_MARKER).exists()
-    failed_key = attempts[2]
-    failed_file = target / failed_key[len("models/tiny/") :]
-    assert not failed_file.exists()
+    assert (target / "tokenizer.json").read_bytes() == changed["tokenizer.json"]
+    assert not list(target.glob(f"{SHARD}.*"))  # no temporary file left behind
 
-    retried: list[str] = []
-    monkeypatch.setattr(lmi_weights, "download_object", lambda *args: (retried.append(args[2]), real(*args)))
-    fetch_weights(URI, tmp_path, client=bucket_with_model, s5cmd=None, threads=1)
-    assert retried == [failed_key]
-    _assert_downloaded(target)
-
-
-def test_a_restart_with_a_complete_download_skips_it_without_calling_s3(bucket_with_model, tmp_path):
-    fetch_weights(URI, tmp_path, client=bucket_with_model, s5cmd=None)
-
-    class NoS3:
-        def __getattr__(self, name):
-            raise AssertionError(f"S3 was called ({name}) although the download was complete")
-
-    target = fetch_weights(URI, tmp_path, client=NoS3(), s5cmd=None)
-    _assert_downloaded(target)
+    bucket.client.meta.events.unregister("before-parameter-build.s3.GetObject", refuse)
+    fetched_keys.clear()
+    fetch_weights(URI, tmp_path, client=bucket.client, s5cmd=None, threads=1)
+    assert fetched_keys == [PREFIX + SHARD]
+    _assert_downloaded(target, bucket, {**FILES, **changed})
 
 
-def test_a_done_marker_over_a_damaged_folder_is_not_trusted(bucket_with_model, tmp_path, counted_downloads):
-    target = fetch_weights(URI, tmp_path, client=bucket_with_model, s5cmd=None)
-    (target / "model-00002-of-00003.safetensors").write_bytes(b"truncated")
+def test_a_done_marker_over_a_damaged_folder_is_not_trusted(bucket, tmp_path, fetched_keys):
+    target = fetch_weights(URI, tmp_path, client=bucket.client, s5cmd=None)
+    (target / SHARD).write_bytes(b"truncated")
     (target / "tokenizer.json").unlink()
-    counted_downloads.clear()
-    fetch_weights(URI, tmp_path, client=bucket_with_model, s5cmd=None)
-    assert sorted(counted_downloads) == ["models/tiny/model-00002-of-00003.safetensors", "models/tiny/tokenizer.json"]
-    _assert_downloaded(target)
+    fetched_keys.clear()
+    fetch_weights(URI, tmp_path, client=bucket.client, s5cmd=None)
+    assert sorted(fetched_keys) == [PREFIX + SHARD, PREFIX + "tokenizer.json"]
+    _assert_downloaded(target, bucket)
 
 
-def test_a_prefix_without_config_json_is_refused_before_downloading(s3, tmp_path, counted_downloads):
-    s3.put_object(Bucket=BUCKET, Key="checkpoints/step-100/model.safetensors", Body=b"x")
+def test_a_marker_of_the_old_size_only_format_is_not_trusted(bucket, tmp_path, fetched_keys):
+    target = local_weights_dir(URI, tmp_path)
+    target.mkdir(parents=True)
+    for relative, content in FILES.items():
+        (target / relative).parent.mkdir(parents=True, exist_ok=True)
+        (target / relative).write_bytes(content)
+    (target / DONE_MARKER).write_text(json.dumps({"source": URI, "files": {k: len(v) for k, v in FILES.items()}}))
+    fetch_weights(URI, tmp_path, client=bucket.client, s5cmd=None)
+    assert sorted(fetched_keys) == sorted(PREFIX + relative for relative in FILES)
+    _assert_downloaded(target, bucket)
+
+
+def test_a_prefix_without_config_json_is_refused_before_downloading(bucket, tmp_path, fetched_keys):
+    bucket.put("checkpoints/step-100/model.safetensors", b"x")
     with pytest.raises(WeightsDownloadError, match=r"s3://lmi-test-weights/checkpoints/ has no config.json"):
-        fetch_weights(f"s3://{BUCKET}/checkpoints/", tmp_path, client=s3, s5cmd=None)
-    assert counted_downloads == []
+        fetch_weights(f"s3://{BUCKET}/checkpoints/", tmp_path, client=bucket.client, s5cmd=None)
+    assert fetched_keys == []
 
 
-def test_two_workers_on_one_host_download_once(bucket_with_model, tmp_path, counted_downloads):
+def test_two_workers_on_one_host_download_once(bucket, tmp_path, fetched_keys):
     errors = []
 
     def worker():
         try:
-            fetch_weights(URI, tmp_path, client=bucket_with_model, s5cmd=None, threads=2)
+            fetch_weights(URI, tmp_path, client=bucket.client, s5cmd=None, threads=2)
         except Exception as error:
             errors.append(error)
 
@@ -138,79 +221,78 @@ def test_two_workers_on_one_host_download_once(bucket_with_model, tmp_path, coun
     for thread in threads:
         thread.join()
     assert errors == []
-    assert sorted(counted_downloads) == sorted(f"models/tiny/{relative}" for relative in FILES)
-    _assert_downloaded(local_weights_dir(URI, tmp_path))
+    assert Counter(fetched_keys) == Counter(PREFIX + relative for relative in FILES)
+    _assert_downloaded(local_weights_dir(URI, tmp_path), bucket)
 
 
-def _fake_s5cmd(folder, *, exit_code=0):
-    """An executable named s5cmd that logs its arguments and copies FAKE_S5CMD_SOURCE (if set) to its target."""
-    folder.mkdir(parents=True, exist_ok=True)
-    script = folder / "s5cmd"
-    script.write_text(
-        f"#!{sys.executable}\n"
-        "import json, os, shutil, sys\n"
-        "with open(os.environ['FAKE_S5CMD_LOG'], 'a') as log:\n"
-        "    log.write(json.dumps(sys.argv[1:]) + '\\n')\n"
-        "if os.environ.get('FAKE_S5CMD_SOURCE'):\n"
-        "    shutil.copytree(os.environ['FAKE_S5CMD_SOURCE'], sys.argv[-1], dirs_exist_ok=True)\n"
-        f"sys.stderr.write('fake s5cmd failure\\n' if {exit_code} else '')\n"
-        f"sys.exit({exit_code})\n"
+def test_s5cmd_copies_exactly_the_files_to_fetch_as_raw_cp_lines(bucket, tmp_path, s5cmd, fetched_keys):
+    bucket.put(PREFIX + "odd [name]*?.txt", b"glob characters are part of the key")
+    files = {**FILES, "odd [name]*?.txt": b"glob characters are part of the key"}
+    target = fetch_weights(URI, tmp_path / "weights", client=bucket.client, threads=4)
+    _assert_downloaded(target, bucket, files)
+    assert fetched_keys == []  # botocore only listed the prefix
+    (invocation,) = s5cmd_invocations(s5cmd)
+    assert invocation["argv"][:-1] == ["--json", "--numworkers", "4", "--retry-count", "3", "run"]
+    assert sorted(invocation["run"]) == sorted(
+        ["cp", "--raw", f"s3://{BUCKET}/{PREFIX}{relative}", str(target / relative)] for relative in files
     )
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    return script
 
 
-@pytest.fixture
-def s5cmd_on_path(tmp_path, monkeypatch):
-    log_file = tmp_path / "s5cmd.log"
-    monkeypatch.setenv("FAKE_S5CMD_LOG", str(log_file))
-    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+def test_an_s5cmd_failure_keeps_what_it_copied_and_the_retry_fetches_the_rest(bucket, tmp_path, s5cmd, monkeypatch):
+    monkeypatch.setenv("S5CMD_STANDIN_FAIL_KEYS", PREFIX + SHARD)
+    with pytest.raises(WeightsDownloadError, match=rf"s5cmd exited with 1 after 6 of 7 files: .*{SHARD}.*connection"):
+        fetch_weights(URI, tmp_path / "weights", client=bucket.client)
+    target = local_weights_dir(URI, tmp_path / "weights")
+    assert not (target / DONE_MARKER).exists() and not (target / SHARD).exists()
 
-    def install(exit_code=0):
-        _fake_s5cmd(tmp_path / "bin", exit_code=exit_code)
-        return log_file
-
-    return install
-
-
-def test_s5cmd_syncs_the_prefix_when_installed_and_the_result_is_verified(
-    bucket_with_model, tmp_path, s5cmd_on_path, monkeypatch, counted_downloads
-):
-    log_file = s5cmd_on_path()
-    source = tmp_path / "what-s3-holds"
-    for relative, content in FILES.items():
-        (source / relative).parent.mkdir(parents=True, exist_ok=True)
-        (source / relative).write_bytes(content)
-    monkeypatch.setenv("FAKE_S5CMD_SOURCE", str(source))
-    target = fetch_weights(URI, tmp_path / "weights", client=bucket_with_model, threads=4)
-    _assert_downloaded(target)
-    assert counted_downloads == []  # boto3 only listed the prefix
-    arguments = json.loads(log_file.read_text())
-    assert arguments == [
-        "--numworkers",
-        "4",
-        "--retry-count",
-        "3",
-        "sync",
-        "--size-only",
-        f"{URI}*",
-        f"{target}{os.sep}",
-    ]
+    monkeypatch.delenv("S5CMD_STANDIN_FAIL_KEYS")
+    s5cmd.unlink()
+    fetch_weights(URI, tmp_path / "weights", client=bucket.client)
+    assert s5cmd_copied_keys(s5cmd, BUCKET) == [PREFIX + SHARD]
+    _assert_downloaded(target, bucket)
 
 
-def test_an_s5cmd_run_that_left_files_out_is_caught_by_verification(bucket_with_model, tmp_path, s5cmd_on_path):
-    s5cmd_on_path()  # exits 0 but copies nothing
-    with pytest.raises(
-        WeightsDownloadError, match=r"is incomplete, so no DONE marker was written.*config.json is missing"
-    ):
-        fetch_weights(URI, tmp_path / "weights", client=bucket_with_model)
+def test_an_s5cmd_run_that_left_files_out_is_caught_by_verification(bucket, tmp_path, s5cmd, monkeypatch):
+    monkeypatch.setenv("S5CMD_STANDIN_S3", str(tmp_path / "an-empty-mirror"))  # exits 1: "no object found"
+    with pytest.raises(WeightsDownloadError, match=r"s5cmd exited with 1 after 0 of 7 files: .*no object found"):
+        fetch_weights(URI, tmp_path / "weights", client=bucket.client)
     assert not (local_weights_dir(URI, tmp_path / "weights") / DONE_MARKER).exists()
 
 
-def test_an_s5cmd_failure_reports_its_exit_code_and_stderr(bucket_with_model, tmp_path, s5cmd_on_path):
-    s5cmd_on_path(exit_code=3)
-    with pytest.raises(WeightsDownloadError, match="s5cmd exited with 3: fake s5cmd failure"):
-        fetch_weights(URI, tmp_path / "weights", client=bucket_with_model)
+def test_an_s5cmd_that_says_it_succeeded_is_still_verified(bucket, tmp_path, monkeypatch):
+    log = tmp_path / "calls"
+    lying = tmp_path / "bin" / "s5cmd"
+    lying.parent.mkdir()
+    lying.write_text(f'#!/bin/sh\necho "$@" >> {log}\nexit 0\n')
+    lying.chmod(0o755)
+    with pytest.raises(
+        WeightsDownloadError, match=r"is incomplete, so no DONE marker was written.*config.json is missing"
+    ):
+        fetch_weights(URI, tmp_path / "weights", client=bucket.client, s5cmd=str(lying))
+    assert log.read_text().startswith("--json --numworkers 16 --retry-count 3 run ")
+
+
+def test_the_s5cmd_standin_skips_a_same_size_change_under_sync_size_only_as_s5cmd_does(bucket, tmp_path, s5cmd):
+    """Why the download never uses `sync --size-only` (the old way): s5cmd's SizeOnlyStrategy skips the change."""
+    import subprocess
+
+    destination = tmp_path / "synced"
+    arguments = ["s5cmd", "sync", "--size-only", f"{URI}*", f"{destination}/"]
+    assert subprocess.run(arguments, check=False).returncode == 0
+    retrained = os.urandom(len(FILES[SHARD]))
+    bucket.put(PREFIX + SHARD, retrained)
+    assert subprocess.run(arguments, check=False).returncode == 0
+    assert (destination / SHARD).read_bytes() == FILES[SHARD]  # stale
+    unknown = subprocess.run(["s5cmd", "--numworker", "2", "run", "x"], capture_output=True, text=True, check=False)
+    assert unknown.returncode == 1 and "flag provided but not defined: -numworker" in unknown.stderr
+
+
+def test_s5cmd_is_found_on_the_path_or_where_the_lmi_image_installs_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(lmi_weights, "LMI_S5CMD", str(tmp_path / "opt-djl-bin-s5cmd"))
+    assert lmi_weights.find_s5cmd() is None
+    install_s5cmd(tmp_path / "image").rename(tmp_path / "opt-djl-bin-s5cmd")
+    assert lmi_weights.find_s5cmd() == str(tmp_path / "opt-djl-bin-s5cmd")
 
 
 def test_only_local_rank_zero_downloads_and_the_others_wait_for_it(tmp_path):

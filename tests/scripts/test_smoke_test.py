@@ -58,7 +58,7 @@ def test_fails_naming_each_broken_promise(capsys):
     finally:
         server.shutdown()
     out = capsys.readouterr().out
-    assert "FAIL a prompt gets generated text with token counts: expected a list with one object per prompt" in out
+    assert "FAIL a prompt gets generated text with token counts: generated_text is missing or not a string" in out
     assert "FAIL a malformed request is refused with a 4xx: answered 200" in out
 
 
@@ -83,12 +83,10 @@ def test_checks_a_sagemaker_endpoint_and_its_pipeline():
             },
             {"EndpointName": "llm-platform-staging"},
         )
-        answer = [
-            {
-                "generated_text": " Paris.",
-                "details": {"finish_reason": "length", "prompt_tokens": 5, "generated_tokens": 3},
-            }
-        ]
+        answer = {
+            "generated_text": " Paris.",
+            "details": {"finish_reason": "length", "prompt_tokens": 5, "generated_tokens": 3},
+        }
         runtime.add_response("invoke_endpoint", {"Body": body(answer), "ContentType": "application/json"})
         runtime.add_client_error(
             "invoke_endpoint",
@@ -110,19 +108,41 @@ def test_checks_a_sagemaker_endpoint_and_its_pipeline():
     ("answer", "problem"),
     [
         (
-            [{"generated_text": 7, "details": {"prompt_tokens": 5, "generated_tokens": 3}}],
+            {"generated_text": 7, "details": {"prompt_tokens": 5, "generated_tokens": 3}},
             "generated_text is missing or not a string",
         ),
         (
-            [{"generated_text": "x", "details": {"prompt_tokens": 0, "generated_tokens": 3}}],
+            {"generated_text": "x", "details": {"prompt_tokens": 0, "generated_tokens": 3}},
             "prompt_tokens should be a positive integer",
         ),
         (
-            [{"generated_text": "x", "details": {"prompt_tokens": 5, "generated_tokens": 99}}],
+            {"generated_text": "x", "details": {"prompt_tokens": 5, "generated_tokens": 99}},
             "generated_tokens should be 1..16",
         ),
-        ([], "expected a list with one object per prompt"),
+        ({"generated_text": "x"}, "details are missing although the request asked for them"),
+        ({"code": 400, "message": "Bad Request", "error": "inputs is missing"}, "answered with an error"),
+        ([{"generated_text": "x", "details": {"generated_tokens": 3}}], "expected one object for a string prompt"),
     ],
 )
 def test_generation_check_names_the_problem(answer, problem):
     assert problem in smoke_test.check_generation(smoke_test.Reply(200, json.dumps(answer).encode()))
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        # LMI 0.35.0's vLLM handler with details: no prompt_tokens, finish_reason from vLLM's stop_reason
+        # (lmi_vllm/request_response_utils.py, convert_completion_response_to_lmi_schema).
+        {
+            "generated_text": " Paris.",
+            "details": {"finish_reason": None, "generated_tokens": 3, "seed": 0, "tokens": []},
+        },
+        # Our DeepSpeed handler with details.
+        {
+            "generated_text": " Paris.",
+            "details": {"finish_reason": "length", "generated_tokens": 3, "prompt_tokens": 5},
+        },
+    ],
+)
+def test_the_generation_check_passes_both_engines_answers(answer):
+    assert smoke_test.check_generation(smoke_test.Reply(200, json.dumps(answer).encode())) == ""
