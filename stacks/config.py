@@ -28,7 +28,7 @@ from pydantic import (
 
 from stacks import sizing
 from stacks.catalog.instances import INSTANCE_TYPES
-from stacks.catalog.models import MODELS
+from stacks.catalog.models import MODELS, DeepSpeedCheckpoint, StagedWeights
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO_ROOT / "config" / "default.yaml"
@@ -154,9 +154,21 @@ class WeightsConfig(_Strict):
         pattern=r"^[A-Za-z0-9](-*[A-Za-z0-9]){0,62}$",
         description="for source 'latest_approved': a model package group of the stage's account and region",
     )
+    checkpoint: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9][a-z0-9-]*$",
+        description="a pre-sharded DeepSpeed checkpoint of the model (stacks/catalog/models.py, e.g. "
+        "deepspeed-int8-tp8 of bloom-176b): with source 'pretrained' its staged copy "
+        "(pretrained/<model>-<checkpoint>/); with source 's3', what s3_uri holds. Each rank then loads only its shards",
+    )
 
     @model_validator(mode="after")
     def _one_location(self) -> WeightsConfig:
+        if self.checkpoint is not None and self.source not in ("pretrained", "s3"):
+            raise ValueError(
+                f"checkpoint is only used with source 'pretrained' or 's3'; source {self.source!r} serves the "
+                "Hugging Face folder the fine-tuning pipeline registered"
+            )
         owners = {"s3_uri": "s3", "model_package_arn": "model_package", "model_package_group": "latest_approved"}
         if self.source == "s3" and self.s3_uri is None:
             raise ValueError("source 's3' needs s3_uri")
@@ -215,7 +227,11 @@ class ServingConfig(_Strict):
         description="'deepspeed': LMI 0.27.0 with model_artifacts/deepspeed; 'vllm': the current LMI image",
     )
     model: ModelName = Field(default="gpt-j-6b", description="a model of stacks/catalog/models.py")
-    dtype: Literal["fp16", "bf16", "int8"] = Field(default="fp16", description="weights precision on the GPUs")
+    dtype: Literal["fp16", "bf16", "int8"] = Field(
+        default="fp16",
+        description="weights precision on the GPUs; int8 only from a pre-sharded DeepSpeed checkpoint "
+        "(weights.checkpoint)",
+    )
     tensor_parallel_degree: int = Field(default=1, ge=1, description="GPUs one model copy is sharded over")
     instance_type: InstanceTypeName = "ml.g5.2xlarge"
     weights: WeightsConfig = Field(default_factory=WeightsConfig)
@@ -246,6 +262,17 @@ class ServingConfig(_Strict):
     def catalog_instance(self):
         return INSTANCE_TYPES[self.instance_type]
 
+    @property
+    def checkpoint(self) -> DeepSpeedCheckpoint | None:
+        """The pre-sharded checkpoint served, if any (validated: the model has it)."""
+        name = self.weights.checkpoint
+        return None if name is None else self.catalog_model.checkpoint(name)
+
+    @property
+    def staged_weights(self) -> StagedWeights | None:
+        """What the stage's staging pipeline copies for the endpoint: only with weights source 'pretrained'."""
+        return self.catalog_model.staged(self.weights.checkpoint) if self.weights.source == "pretrained" else None
+
     def fit(self) -> sizing.ServingFit:
         model = self.catalog_model
         return sizing.serving_fit(
@@ -257,9 +284,21 @@ class ServingConfig(_Strict):
             tokens=model.context_tokens,
         )
 
+    def host_fit(self) -> sizing.HostFit:
+        return sizing.serving_host_fit(
+            self.catalog_model,
+            self.dtype,
+            self.tensor_parallel_degree,
+            self.catalog_instance,
+            engine=self.engine,
+            checkpoint=self.checkpoint,
+        )
+
     @property
     def startup_timeout(self) -> int:
-        return self.startup_timeout_seconds or sizing.startup_timeout_seconds(self.catalog_model, self.dtype)
+        return self.startup_timeout_seconds or sizing.startup_timeout_seconds(
+            self.catalog_model, self.dtype, self.checkpoint
+        )
 
     @model_validator(mode="after")
     def _check_model_fits_instance(self) -> ServingConfig:
@@ -282,11 +321,25 @@ class ServingConfig(_Strict):
             raise ValueError("dtype int8 is DeepSpeed's kernel-injected int8; with engine vllm use fp16 or bf16")
         if self.dtype == "int8" and not model.deepspeed_kernels:
             raise ValueError(f"dtype int8 needs DeepSpeed kernel injection, which has no policy for {self.model}")
+        if self.dtype == "int8" and self.weights.checkpoint is None:
+            # DeepSpeed quantizes only while loading checkpoint shards; its quantization of a Hugging Face model is
+            # disabled (module_inject/containers/base.py, apply_weight_quantization), so it would serve garbage.
+            int8 = [c.name for c in model.checkpoints if c.dtype == "int8"]
+            raise ValueError(
+                "dtype int8 needs a pre-sharded DeepSpeed checkpoint: DeepSpeed quantizes weights only while it "
+                "loads such shards, and would cast Hugging Face weights to int8 without scales; "
+                + (
+                    f"set weights.checkpoint to one of {', '.join(int8)}"
+                    if int8
+                    else f"{self.model} has no int8 checkpoint in the catalog: use fp16 or bf16"
+                )
+            )
         if self.volume_size_gib is not None and not instance.volume_size_supported:
             raise ValueError(
                 f"volume_size_gib: {self.instance_type} has instance-local NVMe storage and takes no EBS volume; "
                 "remove volume_size_gib"
             )
+        self._check_checkpoint()
         fit = self.fit()
         if not fit.fits:
             suggestion = sizing.suggest_serving(
@@ -296,12 +349,53 @@ class ServingConfig(_Strict):
                 f"{self.model} {self.dtype} with tensor_parallel_degree {tp} does not fit {where}: needs "
                 f"{fit.describe()}; {suggestion}"
             )
+        host = self.host_fit()
+        if not host.fits:
+            suggestion = sizing.suggest_host_serving(
+                model,
+                self.dtype,
+                instance,
+                engine=self.engine,
+                batch_size=self.max_batch_size,
+                tokens=model.context_tokens,
+            )
+            raise ValueError(
+                f"{self.model} {self.dtype} with tensor_parallel_degree {tp} cannot load on {self.instance_type} "
+                f"({instance.host_memory_gib} GiB of host memory): needs {host.describe()}; {suggestion}"
+            )
         if self.max_new_tokens >= model.context_tokens:
             raise ValueError(
                 f"max_new_tokens {self.max_new_tokens} leaves no room for a prompt in the {model.context_tokens}-token "
                 f"context of {self.model}"
             )
         return self
+
+    def _check_checkpoint(self) -> None:
+        """A pre-sharded checkpoint is served exactly as it was made: DeepSpeed, its dtype, its split."""
+        name, model = self.weights.checkpoint, self.catalog_model
+        if name is None:
+            return
+        try:
+            checkpoint = model.checkpoint(name)
+        except KeyError as error:
+            raise ValueError(f"weights.checkpoint: {error.args[0]}") from None
+        made = (
+            f"{name} holds {self.model}'s weights in {checkpoint.dtype}, split for {checkpoint.tensor_parallel_degree} "
+            f"tensor-parallel ranks ({checkpoint.hf_id})"
+        )
+        if self.engine != "deepspeed":
+            raise ValueError(f"{made}: only the deepspeed engine loads it; use engine deepspeed or drop checkpoint")
+        if self.dtype != checkpoint.dtype:
+            raise ValueError(
+                f"{made}: DeepSpeed loads its shards as stored, so dtype {self.dtype} cannot be served from it; use "
+                f"dtype {checkpoint.dtype}, or drop checkpoint to serve the Hugging Face weights"
+            )
+        if self.tensor_parallel_degree != checkpoint.tensor_parallel_degree:
+            raise ValueError(
+                f"{made}: with tensor_parallel_degree {self.tensor_parallel_degree} DeepSpeed would have to merge or "
+                f"re-split its stored shards at load, which the checkpoint was not made for; use "
+                f"tensor_parallel_degree {checkpoint.tensor_parallel_degree}, or drop checkpoint"
+            )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -356,8 +450,10 @@ class TrainingConfig(_Strict):
     """The stage's fine-tuning pipeline: model, instances, SMP layout, and the defaults of each run's parameters."""
 
     model: ModelName = Field(default="gpt-j-6b", description="the model to fine-tune (staged in S3 first)")
-    instance_type: InstanceTypeName = "ml.p4d.24xlarge"
-    instance_count: int = Field(default=1, ge=1)
+    # Fixed per stage, not run parameters: processes per host, the EFA options, the volume key, the layout checks and
+    # the memory estimates all follow from them at synth.
+    instance_type: InstanceTypeName = Field(default="ml.p4d.24xlarge", description="training instances (per stage)")
+    instance_count: int = Field(default=1, ge=1, description="training instances (per stage)")
     processes_per_host: int | None = Field(default=None, ge=1, description="default: one per GPU")
     precision: Literal["fp16", "bf16", "fp32"] = "fp16"
     activation_checkpointing: bool = True
@@ -403,6 +499,9 @@ class TrainingConfig(_Strict):
     @property
     def data_parallel_degree(self) -> int:
         return self.world_size // (self.smp.tensor_parallel_degree * self.smp.pipeline_parallel_degree)
+
+    def host_fit(self) -> sizing.HostFit:
+        return sizing.training_host_fit(self.catalog_model, self.catalog_instance, processes=self.processes)
 
     def fit(self) -> sizing.TrainingFit:
         smp = self.smp
@@ -478,6 +577,13 @@ class TrainingConfig(_Strict):
                 f"{smp.tensor_parallel_degree}, pipeline parallel {smp.pipeline_parallel_degree} and "
                 f"shard_optimizer_state {str(smp.shard_optimizer_state).lower()}: estimated {fit.describe()}; "
                 "raise the tensor or pipeline parallel degree, shard the optimizer state, or use larger GPUs"
+            )
+        host = self.host_fit()
+        if not host.fits:
+            raise ValueError(
+                f"{self.model} cannot load on {self.instance_type} ({instance.host_memory_gib} GiB of host memory) "
+                f"with {self.processes} processes per host: needs {host.describe()}; lower processes_per_host (with "
+                "the SMP degrees), or use an instance type with more memory per GPU process"
             )
         # Last, the job's own start-up checks on exactly what it will be given (a net under the rules above).
         from stacks import training_job

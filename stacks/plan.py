@@ -95,6 +95,7 @@ def describe_serving(serving: ServingConfig) -> list[str]:
         f"    model {serving.model} ({model.billions:.1f} B parameters) in {serving.dtype}, tensor parallel "
         f"{serving.tensor_parallel_degree}, {copies} {'copy' if copies == 1 else 'copies'} per instance",
         f"    memory per GPU: {fit.describe()}",
+        f"    host memory while loading: {serving.host_fit().describe()}",
         f"    timeouts: start-up health check {serving.startup_timeout} s, code download "
         f"{serving.download_timeout_seconds} s",
         f"    weights: {describe_weights(serving)}",
@@ -121,17 +122,24 @@ def describe_training(training: TrainingConfig) -> list[str]:
         f"{training.processes} processes per host, {training.precision}",
         f"    {training.model}: {layout}",
         f"    memory per GPU (estimate): {fit.describe()}",
+        f"    host memory while loading (estimate): {training.host_fit().describe()}",
         f"    cost while a job runs: ${instance.hourly_usd * training.instance_count:,.2f}/h"
         + (" (spot: less)" if training.spot.enabled else ""),
     ]
 
 
 def describe_weights(serving: ServingConfig) -> str:
-    weights = serving.weights
+    weights, checkpoint = serving.weights, serving.checkpoint
+    held = (
+        f"the pre-sharded DeepSpeed {checkpoint.dtype} checkpoint {checkpoint.hf_id}, split for tensor parallel "
+        f"{checkpoint.tensor_parallel_degree}"
+        if checkpoint
+        else "the Hugging Face weights"
+    )
     if weights.source == "pretrained":
-        return f"the staged pretrained copy (models bucket, pretrained/{serving.model}/)"
+        return f"the staged copy of {held} (models bucket, pretrained/{serving.staged_weights.name}/)"
     if weights.source == "s3":
-        return weights.s3_uri
+        return weights.s3_uri + (f", holding {held}" if checkpoint else "")
     if weights.source == "latest_approved":
         group = weights.model_package_group or "the stage's own group"
         return f"the newest approved model package of {group} (looked up at deploy time, again on each release)"

@@ -109,7 +109,8 @@ class ServingStack(Stack):
         """The S3 prefix of the weights to serve; a model package's is read at deploy time, never at synth."""
         weights = serving.weights
         if weights.source == "pretrained":
-            return models_bucket.s3_url_for_object(f"{layout.PRETRAINED}{serving.model}/")
+            # Where the stage's staging pipeline copies it (a Hugging Face folder, or a pre-sharded checkpoint).
+            return models_bucket.s3_url_for_object(f"{layout.PRETRAINED}{serving.staged_weights.name}/")
         if weights.source == "s3":
             bucket, _, prefix = weights.s3_uri.removeprefix("s3://").partition("/")
             policy = iam.Policy(

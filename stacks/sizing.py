@@ -1,14 +1,28 @@
-"""Will it fit? GPU memory arithmetic for serving and training, used by config validation and by the plan.
+"""Will it fit? GPU and host memory arithmetic for serving and training, used by config validation and by the plan.
 
 The numbers are estimates with their assumptions stated, meant to turn a 40-minute failed deploy into a synth-time
 error, not to replace a load test.
 
 Serving, per GPU, with tensor parallel degree `tp`:
-    weights  = parameters x bytes per parameter (fp16/bf16 2, int8 1, fp32 4) / tp
+    weights  = (parameters - embedding) x bytes per parameter (fp16/bf16 2, int8 1, fp32 4) / tp
+               + embedding x bytes per parameter (fp16 for int8): DeepSpeed keeps the token embedding whole on every GPU
     KV cache = 2 (keys and values) x layers x hidden size x 2 bytes (fp16 cache, also with int8 weights)
                x tokens (context) x sequences (max batch size) / tp
     runtime  = RUNTIME_OVERHEAD_GIB (CUDA context, kernels, NCCL and allocator reserve)
     fits when weights + KV cache + runtime <= USABLE_FRACTION x GPU memory
+
+Host memory while the weights load, per instance = ranks loading at once x (weights one rank holds + HOST_OVERHEAD_GIB),
+    fits when within USABLE_HOST_FRACTION x the instance's RAM. Ranks: every GPU's process (serving: copies x tensor
+    parallel degree, all loading together; training: processes per host). What one rank holds:
+    - LMI DeepSpeed, Hugging Face folder: from_pretrained(low_cpu_mem_usage=True) on every rank materializes the whole
+      model in host memory in the load dtype before init_inference
+      shards it: the full model per rank.
+    - LMI DeepSpeed, pre-sharded checkpoint (ds_inference_config.json): the model is built on the meta device and each
+      rank torch.loads only its own tensor-parallel shards plus the non-tp part (embeddings, fp16): at most that.
+    - vLLM: each rank reads the checkpoint files one at a time and keeps only its slice: at most its share.
+    - Training (training/finetune/modeling.py, every backend): every rank builds the whole model (fp32 before it is
+      cast to the training dtype) and reads the whole stored state dict (fp32 at most) to load into it, before SMP or
+      FSDP partitions it: two fp32 copies of the model at most; the bound is what is checked.
 
 Training, per GPU, mixed precision with Adam (model states of ZeRO's accounting, 16 bytes per parameter):
     2 half-precision weights + 2 half-precision gradients + 4 fp32 master weights + 8 Adam moments
@@ -23,13 +37,25 @@ import math
 from dataclasses import dataclass
 
 from stacks.catalog.instances import INSTANCE_TYPES, InstanceType
-from stacks.catalog.models import Model
+from stacks.catalog.models import DeepSpeedCheckpoint, Model, StagedWeights
 
 GIB = 1024**3
 BYTES_PER_PARAMETER = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}
 KV_CACHE_BYTES = 2  # LMI DeepSpeed keeps the KV cache in fp16, int8 weights included
 RUNTIME_OVERHEAD_GIB = 2.0
 USABLE_FRACTION = 0.90
+
+# Host memory: each loading process also holds Python, torch and the CUDA runtime's host side, and one checkpoint file
+# in flight; the instance keeps the rest for the OS, the model server (DJL's frontend, the training toolkit) and
+# SageMaker's agents.
+HOST_OVERHEAD_GIB = 3.0
+USABLE_HOST_FRACTION = 0.90
+# Staging: the download, 10% for the tokenizer files and filesystem, and room for the container's own files.
+STAGING_VOLUME_FACTOR = 1.1
+STAGING_VOLUME_MARGIN_GIB = 20
+# What the weights are loaded as before the engine converts them. int8 is served only from a pre-sharded DeepSpeed
+# checkpoint (config refuses it otherwise), which is sized as stored; fp16 is its Hugging Face load dtype.
+LOAD_DTYPE = {"fp32": "fp32", "fp16": "fp16", "bf16": "bf16", "int8": "fp16"}
 
 # Container start-up = download the weights from S3 + load them onto the GPUs. 15 s per GiB of weights (about
 # 70 MB/s end to end) plus 5 minutes of fixed cost, kept within SageMaker's 10-60 minute window.
@@ -65,7 +91,13 @@ def serving_fit(
     model: Model, dtype: str, tensor_parallel_degree: int, instance: InstanceType, *, batch_size: int, tokens: int
 ) -> ServingFit:
     tp = tensor_parallel_degree
-    weights = model.parameters * BYTES_PER_PARAMETER[dtype] / tp / GIB
+    # DeepSpeed's tensor parallelism splits the transformer layers, not the token embedding: every GPU holds it whole,
+    # in fp16 also with int8 weights (a pre-sharded checkpoint keeps it in non_tp). vLLM splits it; counted whole
+    # anyway, which overstates vLLM's need by (tp - 1) / tp of the embedding.
+    embedding = model.embedding_parameters
+    layers_bytes = (model.parameters - embedding) * BYTES_PER_PARAMETER[dtype] / tp
+    embedding_bytes = embedding * BYTES_PER_PARAMETER["fp16" if dtype == "int8" else dtype]
+    weights = (layers_bytes + embedding_bytes) / GIB
     kv = 2 * model.layers * model.hidden_size * KV_CACHE_BYTES * tokens * batch_size / tp / GIB
     return ServingFit(
         weights_gib=weights,
@@ -77,14 +109,147 @@ def serving_fit(
 
 
 def weights_gib(model: Model, dtype: str) -> float:
-    """The whole model's weights in `dtype`, in GiB (what every host downloads)."""
+    """The whole model's weights in `dtype`, in GiB."""
     return model.parameters * BYTES_PER_PARAMETER[dtype] / GIB
 
 
-def startup_timeout_seconds(model: Model, dtype: str) -> int:
+def checkpoint_parts_gib(model: Model, checkpoint: DeepSpeedCheckpoint) -> tuple[float, float]:
+    """(tensor-parallel part, non-tp part) of a pre-sharded DeepSpeed checkpoint, in GiB: the transformer layers in
+    the checkpoint's dtype, the embeddings (kept out of the shards) in fp16."""
+    embeddings = model.embedding_parameters
+    tp_part = (model.parameters - embeddings) * BYTES_PER_PARAMETER[checkpoint.dtype]
+    return tp_part / GIB, embeddings * BYTES_PER_PARAMETER["fp16"] / GIB
+
+
+def download_gib(model: Model, dtype: str, checkpoint: DeepSpeedCheckpoint | None = None) -> float:
+    """What every host downloads: the checkpoint as stored, or a Hugging Face folder in the load dtype."""
+    if checkpoint is not None:
+        return sum(checkpoint_parts_gib(model, checkpoint))
+    return weights_gib(model, LOAD_DTYPE[dtype])
+
+
+def startup_timeout_seconds(model: Model, dtype: str, checkpoint: DeepSpeedCheckpoint | None = None) -> int:
     """A container start-up health-check timeout sized from the weights each host downloads and loads."""
-    seconds = STARTUP_FIXED_SECONDS + STARTUP_SECONDS_PER_GIB * weights_gib(model, dtype)
+    seconds = STARTUP_FIXED_SECONDS + STARTUP_SECONDS_PER_GIB * download_gib(model, dtype, checkpoint)
     return int(min(max(math.ceil(seconds / 60) * 60, TIMEOUT_MIN_SECONDS), TIMEOUT_MAX_SECONDS))
+
+
+def staging_volume_gib(model: Model, staged: StagedWeights) -> int:
+    """The staging job's volume: it holds the whole download until SageMaker uploads the folder at the job's end. A
+    checkpoint is sized as stored; a hub repository may hold fp32, fp16 or bf16 weights, so it is sized at fp32."""
+    stored = sum(checkpoint_parts_gib(model, staged.deepspeed)) if staged.deepspeed else weights_gib(model, "fp32")
+    return math.ceil(stored * STAGING_VOLUME_FACTOR + STAGING_VOLUME_MARGIN_GIB)
+
+
+@dataclass(frozen=True)
+class HostFit:
+    weights_per_rank_gib: float  # what one loading process holds at its peak
+    overhead_gib: float  # per process
+    ranks: int  # processes loading at once on one instance
+    capacity_gib: float  # usable host memory of one instance
+    loading: str  # how a rank loads, in words
+
+    @property
+    def per_rank_gib(self) -> float:
+        return self.weights_per_rank_gib + self.overhead_gib
+
+    @property
+    def total_gib(self) -> float:
+        return self.ranks * self.per_rank_gib
+
+    @property
+    def fits(self) -> bool:
+        return self.total_gib <= self.capacity_gib
+
+    def describe(self) -> str:
+        return (
+            f"{self.total_gib:.1f} GiB of {self.capacity_gib:.1f} GiB usable per instance ({self.ranks} "
+            f"{'rank' if self.ranks == 1 else 'ranks'} x (weights {self.weights_per_rank_gib:.1f} + process "
+            f"{self.overhead_gib:.1f}); {self.loading})"
+        )
+
+
+def _host(instance: InstanceType, weights: float, ranks: int, loading: str) -> HostFit:
+    capacity = instance.host_memory_gib * USABLE_HOST_FRACTION
+    return HostFit(weights, HOST_OVERHEAD_GIB, ranks, capacity, loading)
+
+
+def serving_host_fit(
+    model: Model,
+    dtype: str,
+    tensor_parallel_degree: int,
+    instance: InstanceType,
+    *,
+    engine: str,
+    checkpoint: DeepSpeedCheckpoint | None = None,
+) -> HostFit:
+    """Host memory while an endpoint instance loads: every copy's ranks load at once (DJL starts all workers)."""
+    tp = tensor_parallel_degree
+    ranks = instance.gpu_count // tp * tp
+    if checkpoint is not None:
+        tp_part, non_tp = checkpoint_parts_gib(model, checkpoint)
+        return _host(
+            instance, tp_part / tp + non_tp, ranks, "each rank reads only its shards of the pre-sharded checkpoint"
+        )
+    load = LOAD_DTYPE[dtype]
+    if engine == "vllm":
+        return _host(instance, weights_gib(model, load) / tp, ranks, f"vLLM: each rank keeps only its {load} slice")
+    return _host(
+        instance, weights_gib(model, load), ranks, f"from_pretrained: every rank holds the whole model in {load}"
+    )
+
+
+def training_host_fit(model: Model, instance: InstanceType, *, processes: int) -> HostFit:
+    """Host memory while a training instance loads the pretrained weights: every process builds the whole model and
+    reads the whole stored state dict into it (two fp32 copies at most)."""
+    return _host(
+        instance,
+        2 * weights_gib(model, "fp32"),
+        processes,
+        "every rank builds the whole model and reads the whole state dict: two fp32 copies at most",
+    )
+
+
+def suggest_host_serving(
+    model: Model, dtype: str, instance: InstanceType, *, engine: str, batch_size: int, tokens: int
+) -> str:
+    """What would load instead: a pre-sharded checkpoint of the model, or the cheapest instance type whose GPUs and
+    host memory both hold it."""
+    for checkpoint in model.checkpoints:
+        if engine != "deepspeed" or checkpoint.dtype != dtype or instance.gpu_count % checkpoint.tensor_parallel_degree:
+            continue
+        tp = checkpoint.tensor_parallel_degree
+        gpu = serving_fit(model, dtype, tp, instance, batch_size=batch_size, tokens=tokens)
+        host = serving_host_fit(model, dtype, tp, instance, engine=engine, checkpoint=checkpoint)
+        if gpu.fits and host.fits:
+            return (
+                f"serve its pre-sharded DeepSpeed checkpoint {checkpoint.hf_id} instead (weights: {{checkpoint: "
+                f"{checkpoint.name}}}, tensor_parallel_degree {tp}): {host.describe()}"
+            )
+    cheapest = _cheapest_fitting(model, dtype, batch_size=batch_size, tokens=tokens, loading_engine=engine)
+    if cheapest:
+        other, tp, host = cheapest
+        return f"the cheapest instance type where it loads is {other.name} with tensor_parallel_degree {tp}: {host}"
+    return "no supported instance type has the host memory for it: use a pre-sharded checkpoint of the model"
+
+
+def _cheapest_fitting(
+    model: Model, dtype: str, *, batch_size: int, tokens: int, loading_engine: str | None = None
+) -> tuple[InstanceType, int, str] | None:
+    """The cheapest instance type whose GPUs hold the model (and, given the engine, whose host memory holds its
+    load), its smallest tensor parallel degree there, and the fit that decided it, described."""
+    for other in sorted(INSTANCE_TYPES.values(), key=lambda i: i.hourly_usd):
+        if dtype == "bf16" and not other.gpu.bf16:
+            continue
+        found = smallest_fitting_tp(model, dtype, other, batch_size=batch_size, tokens=tokens)
+        if not found:
+            continue
+        if loading_engine is None:
+            return other, found[0], found[1].describe()
+        host = serving_host_fit(model, dtype, found[0], other, engine=loading_engine)
+        if host.fits:
+            return other, found[0], host.describe()
+    return None
 
 
 def smallest_fitting_tp(
@@ -100,24 +265,27 @@ def smallest_fitting_tp(
 
 
 def suggest_serving(model: Model, dtype: str, instance: InstanceType, *, batch_size: int, tokens: int) -> str:
-    """What would fit instead: more tensor parallelism here, int8 here, or the cheapest instance type that fits."""
+    """What would fit instead: more tensor parallelism here, the model's pre-sharded int8 checkpoint here, or the
+    cheapest instance type that fits."""
     found = smallest_fitting_tp(model, dtype, instance, batch_size=batch_size, tokens=tokens)
     if found:
         return f"tensor_parallel_degree {found[0]} fits on {instance.name}: {found[1].describe()}"
-    if dtype != "int8" and model.deepspeed_kernels:
-        found = smallest_fitting_tp(model, "int8", instance, batch_size=batch_size, tokens=tokens)
-        if found:
-            return f"dtype int8 with tensor_parallel_degree {found[0]} fits on {instance.name}: {found[1].describe()}"
-    for other in sorted(INSTANCE_TYPES.values(), key=lambda i: i.hourly_usd):
-        if dtype == "bf16" and not other.gpu.bf16:
+    # int8 only from a pre-sharded checkpoint: DeepSpeed quantizes while loading one, never a Hugging Face model.
+    for checkpoint in model.checkpoints if dtype != "int8" else ():
+        tp = checkpoint.tensor_parallel_degree
+        if checkpoint.dtype != "int8" or instance.gpu_count % tp:
             continue
-        found = smallest_fitting_tp(model, dtype, other, batch_size=batch_size, tokens=tokens)
-        if found:
+        fit = serving_fit(model, "int8", tp, instance, batch_size=batch_size, tokens=tokens)
+        if fit.fits:
             return (
-                f"the cheapest instance type where {dtype} fits is {other.name} with tensor_parallel_degree "
-                f"{found[0]}: {found[1].describe()}"
+                f"dtype int8 from its pre-sharded checkpoint {checkpoint.hf_id} (weights: {{checkpoint: "
+                f"{checkpoint.name}}}) with tensor_parallel_degree {tp} fits on {instance.name}: {fit.describe()}"
             )
-    return "no supported instance type holds it; lower max_batch_size or the context, or use int8"
+    cheapest = _cheapest_fitting(model, dtype, batch_size=batch_size, tokens=tokens)
+    if cheapest:
+        other, tp, fit = cheapest
+        return f"the cheapest instance type where {dtype} fits is {other.name} with tensor_parallel_degree {tp}: {fit}"
+    return "no supported instance type holds it; lower max_batch_size or the context"
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,13 @@ GPU counts and memory agree with the SageMaker SDK's `instance_gpu_info.json` wh
 `volume_size_supported` with its `volume_size_supported()` rule (a test checks both). The SDK does not list g6/g6e,
 and knows nothing of prices or EFA, so this table is the one home for all of it.
 
+Host memory (GiB of instance RAM, what every process of a job or an endpoint shares) is as AWS publishes it for
+each size: the SageMaker HyperPod CLI's instance table (aws/sagemaker-hyperpod-cli,
+src/sagemaker/hyperpod/training/quota_allocation_util.py, INSTANCE_RESOURCES: p4d/p4de 1152, p5 2048, g5, g6, g6e)
+and the EC2 instance type pages (https://aws.amazon.com/ec2/instance-types/p3/, .../g4/: p3.16xlarge 488,
+p3dn.24xlarge 768, g4dn; as torchx tabulates them in torchx/specs/named_resources_aws.py), which SageMaker's ml.*
+types share (https://aws.amazon.com/sagemaker/pricing/).
+
 Prices are reference on-demand rates for SageMaker real-time inference in us-east-1, in USD per instance-hour,
 rounded; they differ by region and change over time. They feed the cost lines of the plan, never a decision.
 """
@@ -28,6 +35,7 @@ class InstanceType:
     volume_size_supported: bool  # False where storage is instance-local NVMe: no VolumeSizeInGB, no KmsKeyId
     efa: bool  # Elastic Fabric Adapter: the FI_PROVIDER=efa MPI options only make sense here
     hourly_usd: float
+    host_memory_gib: int  # instance RAM, shared by every process on the instance
 
     @property
     def gpus(self) -> str:
@@ -50,31 +58,44 @@ A100_80 = Gpu("A100", 80, bf16=True)
 H100 = Gpu("H100", 80, bf16=True)
 
 
-def _family(prefix: str, gpu: Gpu, sizes: dict[str, tuple[int, float]], *, volume: bool, efa_sizes: set[str]):
+def _family(
+    prefix: str, gpu: Gpu, sizes: dict[str, tuple[int, float, int]], *, volume: bool, efa_sizes: set[str]
+) -> list[InstanceType]:
+    """sizes: size -> (GPUs, price, host memory GiB)."""
     return [
-        InstanceType(f"ml.{prefix}.{size}", gpu, count, volume, size in efa_sizes, price)
-        for size, (count, price) in sizes.items()
+        InstanceType(f"ml.{prefix}.{size}", gpu, count, volume, size in efa_sizes, price, memory)
+        for size, (count, price, memory) in sizes.items()
     ]
 
 
 _LARGE = {"8xlarge", "12xlarge", "16xlarge", "24xlarge", "48xlarge"}
 
 _ALL = [
-    InstanceType("ml.p3.16xlarge", V100_16, 8, volume_size_supported=True, efa=False, hourly_usd=28.152),
-    InstanceType("ml.p3dn.24xlarge", V100_32, 8, volume_size_supported=False, efa=True, hourly_usd=35.894),
-    InstanceType("ml.p4d.24xlarge", A100_40, 8, volume_size_supported=False, efa=True, hourly_usd=37.688),
-    InstanceType("ml.p4de.24xlarge", A100_80, 8, volume_size_supported=False, efa=True, hourly_usd=47.110),
-    InstanceType("ml.p5.48xlarge", H100, 8, volume_size_supported=False, efa=True, hourly_usd=113.070),
+    InstanceType(
+        "ml.p3.16xlarge", V100_16, 8, volume_size_supported=True, efa=False, hourly_usd=28.152, host_memory_gib=488
+    ),
+    InstanceType(
+        "ml.p3dn.24xlarge", V100_32, 8, volume_size_supported=False, efa=True, hourly_usd=35.894, host_memory_gib=768
+    ),
+    InstanceType(
+        "ml.p4d.24xlarge", A100_40, 8, volume_size_supported=False, efa=True, hourly_usd=37.688, host_memory_gib=1152
+    ),
+    InstanceType(
+        "ml.p4de.24xlarge", A100_80, 8, volume_size_supported=False, efa=True, hourly_usd=47.110, host_memory_gib=1152
+    ),
+    InstanceType(
+        "ml.p5.48xlarge", H100, 8, volume_size_supported=False, efa=True, hourly_usd=113.070, host_memory_gib=2048
+    ),
     *_family(
         "g4dn",
         T4,
         {
-            "xlarge": (1, 0.736),
-            "2xlarge": (1, 1.053),
-            "4xlarge": (1, 1.686),
-            "8xlarge": (1, 3.046),
-            "12xlarge": (4, 5.477),
-            "16xlarge": (1, 6.093),
+            "xlarge": (1, 0.736, 16),
+            "2xlarge": (1, 1.053, 32),
+            "4xlarge": (1, 1.686, 64),
+            "8xlarge": (1, 3.046, 128),
+            "12xlarge": (4, 5.477, 192),
+            "16xlarge": (1, 6.093, 256),
         },
         volume=False,
         efa_sizes={"8xlarge", "12xlarge", "16xlarge"},
@@ -83,14 +104,14 @@ _ALL = [
         "g5",
         A10G,
         {
-            "xlarge": (1, 1.408),
-            "2xlarge": (1, 1.515),
-            "4xlarge": (1, 2.030),
-            "8xlarge": (1, 3.060),
-            "12xlarge": (4, 7.090),
-            "16xlarge": (1, 5.120),
-            "24xlarge": (4, 10.180),
-            "48xlarge": (8, 20.360),
+            "xlarge": (1, 1.408, 16),
+            "2xlarge": (1, 1.515, 32),
+            "4xlarge": (1, 2.030, 64),
+            "8xlarge": (1, 3.060, 128),
+            "12xlarge": (4, 7.090, 192),
+            "16xlarge": (1, 5.120, 256),
+            "24xlarge": (4, 10.180, 384),
+            "48xlarge": (8, 20.360, 768),
         },
         volume=False,
         efa_sizes=_LARGE,
@@ -99,14 +120,14 @@ _ALL = [
         "g6",
         L4,
         {
-            "xlarge": (1, 1.006),
-            "2xlarge": (1, 1.222),
-            "4xlarge": (1, 1.654),
-            "8xlarge": (1, 2.518),
-            "12xlarge": (4, 5.752),
-            "16xlarge": (1, 4.246),
-            "24xlarge": (4, 8.344),
-            "48xlarge": (8, 16.688),
+            "xlarge": (1, 1.006, 16),
+            "2xlarge": (1, 1.222, 32),
+            "4xlarge": (1, 1.654, 64),
+            "8xlarge": (1, 2.518, 128),
+            "12xlarge": (4, 5.752, 192),
+            "16xlarge": (1, 4.246, 256),
+            "24xlarge": (4, 8.344, 384),
+            "48xlarge": (8, 16.688, 768),
         },
         volume=False,
         efa_sizes=_LARGE,
@@ -115,14 +136,14 @@ _ALL = [
         "g6e",
         L40S,
         {
-            "xlarge": (1, 2.326),
-            "2xlarge": (1, 2.803),
-            "4xlarge": (1, 3.755),
-            "8xlarge": (1, 5.661),
-            "12xlarge": (4, 13.116),
-            "16xlarge": (1, 9.471),
-            "24xlarge": (4, 18.833),
-            "48xlarge": (8, 37.664),
+            "xlarge": (1, 2.326, 32),
+            "2xlarge": (1, 2.803, 64),
+            "4xlarge": (1, 3.755, 128),
+            "8xlarge": (1, 5.661, 256),
+            "12xlarge": (4, 13.116, 384),
+            "16xlarge": (1, 9.471, 512),
+            "24xlarge": (4, 18.833, 768),
+            "48xlarge": (8, 37.664, 1536),
         },
         volume=False,
         efa_sizes=_LARGE,

@@ -57,3 +57,23 @@ def test_p4d_has_eight_40gb_a100s_on_local_nvme_with_efa():
 def test_unknown_instance_type_lists_the_supported_ones():
     with pytest.raises(KeyError, match=r"supported: ml\.p3\.16xlarge"):
         instance_type("ml.m5.large")
+
+
+# Host memory as AWS publishes it: the SageMaker HyperPod CLI's instance table
+# (aws/sagemaker-hyperpod-cli:src/sagemaker/hyperpod/training/quota_allocation_util.py) and the EC2 P3/G4 pages.
+HOST_MEMORY_GIB = {
+    "ml.p3.16xlarge": 488, "ml.p3dn.24xlarge": 768, "ml.p4d.24xlarge": 1152, "ml.p4de.24xlarge": 1152,
+    "ml.p5.48xlarge": 2048, "ml.g4dn.12xlarge": 192, "ml.g5.2xlarge": 32, "ml.g5.12xlarge": 192,
+    "ml.g5.24xlarge": 384, "ml.g5.48xlarge": 768, "ml.g6.48xlarge": 768, "ml.g6e.xlarge": 32, "ml.g6e.48xlarge": 1536,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "gib"), sorted(HOST_MEMORY_GIB.items()))
+def test_host_memory_is_the_published_size(name, gib):
+    assert instance_type(name).host_memory_gib == gib
+
+
+def test_every_instance_type_states_its_host_memory():
+    for entry in INSTANCE_TYPES.values():
+        # Every size of these families has 4, 8 or 16 GiB per vCPU; at least 16 GiB on the smallest.
+        assert entry.host_memory_gib >= 16 and entry.host_memory_gib % 16 in (0, 8), entry.name

@@ -13,10 +13,15 @@ def serving(**fields) -> ServingConfig:
     return ServingConfig.model_validate(fields)
 
 
+INT8_CHECKPOINT = {"checkpoint": "deepspeed-int8-tp8"}
+FP16_CHECKPOINT = {"checkpoint": "deepspeed-fp16-tp8"}
+BLOOM_INT8_P4D = dict(model="bloom-176b", dtype="int8", tensor_parallel_degree=8, instance_type="ml.p4d.24xlarge")
+
 # The LMI DeepSpeed reference's cases.
 ACCEPTED = [
-    ("BLOOM-176B int8 TP 8 on p4d", dict(model="bloom-176b", dtype="int8", tensor_parallel_degree=8, instance_type="ml.p4d.24xlarge")),
-    ("BLOOM-176B fp16 TP 8 on p4de", dict(model="bloom-176b", dtype="fp16", tensor_parallel_degree=8, instance_type="ml.p4de.24xlarge")),
+    ("BLOOM-176B int8 TP 8 on p4d from the pre-sharded checkpoint", dict(BLOOM_INT8_P4D, weights=INT8_CHECKPOINT)),
+    ("BLOOM-176B fp16 TP 8 on p4de from the pre-sharded checkpoint", dict(model="bloom-176b", dtype="fp16", tensor_parallel_degree=8, instance_type="ml.p4de.24xlarge", weights=FP16_CHECKPOINT)),
+    ("a pre-sharded checkpoint someone copied to S3", dict(BLOOM_INT8_P4D, weights={"source": "s3", "s3_uri": "s3://shared/bloom-int8/", **INT8_CHECKPOINT})),
     ("OPT-30B fp16 TP 4 on g5.24xlarge", dict(model="opt-30b", dtype="fp16", tensor_parallel_degree=4, instance_type="ml.g5.24xlarge")),
     ("GPT-J fp16 on g5.2xlarge", dict(model="gpt-j-6b", dtype="fp16", instance_type="ml.g5.2xlarge")),
     ("GPT-J fp16 TP 2 on g5.12xlarge: 2 copies", dict(model="gpt-j-6b", tensor_parallel_degree=2, instance_type="ml.g5.12xlarge")),
@@ -25,7 +30,8 @@ ACCEPTED = [
 
 @pytest.mark.parametrize("fields", [row[1] for row in ACCEPTED], ids=[row[0] for row in ACCEPTED])
 def test_accepts_the_reference_setups(fields):
-    assert serving(**fields).fit().fits
+    config = serving(**fields)
+    assert config.fit().fits and config.host_fit().fits
 
 
 def test_tensor_parallel_below_the_gpu_count_runs_several_copies_per_instance():
@@ -33,17 +39,16 @@ def test_tensor_parallel_below_the_gpu_count_runs_several_copies_per_instance():
         serving(model="gpt-j-6b", tensor_parallel_degree=2, instance_type="ml.g5.12xlarge").fit().copies_per_instance
         == 2
     )
-    assert (
-        serving(model="bloom-176b", dtype="int8", tensor_parallel_degree=8, instance_type="ml.p4d.24xlarge")
-        .fit()
-        .copies_per_instance
-        == 1
-    )
+    assert serving(**BLOOM_INT8_P4D, weights=INT8_CHECKPOINT).fit().copies_per_instance == 1
 
 
 REJECTED = [
     ("BLOOM-176B fp16 on p4d", dict(model="bloom-176b", dtype="fp16", tensor_parallel_degree=8, instance_type="ml.p4d.24xlarge"),
-     r"does not fit ml\.p4d\.24xlarge \(8 x A100 40 GB\): needs 46\.9 GiB of 36\.0 GiB usable per GPU \(weights 41\.0.*dtype int8 with tensor_parallel_degree 8 fits"),
+     r"does not fit ml\.p4d\.24xlarge \(8 x A100 40 GB\): needs 52\.7 GiB of 36\.0 GiB usable per GPU \(weights 46\.9 \+ KV cache 3\.8.*dtype int8 from its pre-sharded checkpoint microsoft/bloom-deepspeed-inference-int8 \(weights: \{checkpoint: deepspeed-int8-tp8\}\) with tensor_parallel_degree 8 fits on ml\.p4d\.24xlarge: 32\.6 GiB of 36\.0 GiB usable per GPU \(weights 26\.8"),
+    ("int8 from a Hugging Face folder", dict(model="gpt-j-6b", dtype="int8"),
+     r"dtype int8 needs a pre-sharded DeepSpeed checkpoint.*gpt-j-6b has no int8 checkpoint in the catalog: use fp16 or bf16"),
+    ("BLOOM int8 from its Hugging Face weights", dict(BLOOM_INT8_P4D, weights={"source": "s3", "s3_uri": "s3://shared/bloom/"}),
+     r"dtype int8 needs a pre-sharded DeepSpeed checkpoint.*set weights\.checkpoint to one of deepspeed-int8-tp8"),
     ("OPT-30B on one A10G", dict(model="opt-30b", instance_type="ml.g5.2xlarge"),
      r"does not fit ml\.g5\.2xlarge.*the cheapest instance type where fp16 fits is ml\.g6\.12xlarge with tensor_parallel_degree 4"),
     ("GPT-J TP 1 of 4 GPUs too small a shard? no: TP larger than GPUs", dict(model="gpt-j-6b", tensor_parallel_degree=2, instance_type="ml.g5.2xlarge"),
@@ -66,6 +71,24 @@ REJECTED = [
     ("model package ARN with pretrained", dict(weights={"model_package_arn": "arn:aws:sagemaker:us-east-1:111111111111:model-package/llm/3"}), r"model_package_arn is only used with source 'model_package'"),
     ("max_new_tokens filling the context", dict(max_new_tokens=2048), r"leaves no room for a prompt in the 2048-token context"),
     ("unknown key", dict(tensor_parallel=2), r"Extra inputs are not permitted"),
+    # Host memory while loading: 8 ranks each holding the whole model (from_pretrained) on a 1152 GiB p4d.
+    ("BLOOM-176B int8 from the plain checkpoint on p4d", BLOOM_INT8_P4D,
+     r"dtype int8 needs a pre-sharded DeepSpeed checkpoint: DeepSpeed quantizes weights only while it loads such shards.*set weights\.checkpoint to one of deepspeed-int8-tp8"),
+    ("BLOOM-176B fp16 from the plain checkpoint on p4de", dict(model="bloom-176b", dtype="fp16", tensor_parallel_degree=8, instance_type="ml.p4de.24xlarge"),
+     r"cannot load on ml\.p4de\.24xlarge.*weights: \{checkpoint: deepspeed-fp16-tp8\}"),
+    ("BLOOM-176B bf16 from the plain checkpoint on p5: no checkpoint in bf16", dict(model="bloom-176b", dtype="bf16", tensor_parallel_degree=8, instance_type="ml.p5.48xlarge"),
+     r"cannot load on ml\.p5\.48xlarge \(2048 GiB of host memory\).*no supported instance type has the host memory for it: use a pre-sharded checkpoint"),
+    # A pre-sharded checkpoint is served as it was made.
+    ("int8 checkpoint with TP 4", dict(BLOOM_INT8_P4D, tensor_parallel_degree=4, weights=INT8_CHECKPOINT),
+     r"deepspeed-int8-tp8 holds bloom-176b's weights in int8, split for 8 tensor-parallel ranks \(microsoft/bloom-deepspeed-inference-int8\): with tensor_parallel_degree 4 DeepSpeed would have to merge or re-split its stored shards"),
+    ("int8 checkpoint served as fp16", dict(BLOOM_INT8_P4D, dtype="fp16", instance_type="ml.p4de.24xlarge", weights=INT8_CHECKPOINT),
+     r"DeepSpeed loads its shards as stored, so dtype fp16 cannot be served from it; use dtype int8"),
+    ("checkpoint with vLLM", dict(BLOOM_INT8_P4D, engine="vllm", dtype="fp16", instance_type="ml.p4de.24xlarge", weights=INT8_CHECKPOINT),
+     r"only the deepspeed engine loads it"),
+    ("a checkpoint the model does not have", dict(model="gpt-j-6b", weights=INT8_CHECKPOINT),
+     r"weights\.checkpoint: gpt-j-6b has no pre-sharded checkpoint 'deepspeed-int8-tp8'; its checkpoints: none"),
+    ("a checkpoint with a registered model package", dict(weights={"source": "model_package", "model_package_arn": "arn:aws:sagemaker:us-east-1:111111111111:model-package/llm/3", **INT8_CHECKPOINT}),
+     r"checkpoint is only used with source 'pretrained' or 's3'"),
 ]  # fmt: skip
 
 
@@ -102,12 +125,42 @@ def test_config_file_errors_name_the_serving_field_path(tmp_path):
 def test_startup_timeout_is_sized_from_the_weights_each_host_loads():
     assert serving(model="gpt-j-6b").startup_timeout == 600
     assert serving(model="opt-30b", tensor_parallel_degree=4, instance_type="ml.g5.24xlarge").startup_timeout == 1140
-    bloom = serving(model="bloom-176b", dtype="int8", tensor_parallel_degree=8, instance_type="ml.p4d.24xlarge")
+    # The int8 checkpoint as stored: 160.8 GiB of int8 shards + 6.7 GiB of fp16 embeddings.
+    bloom = serving(**BLOOM_INT8_P4D, weights=INT8_CHECKPOINT)
     assert bloom.startup_timeout == 2820  # far more than GPT-J
-    assert (
-        serving(model="bloom-176b", tensor_parallel_degree=8, instance_type="ml.p4de.24xlarge").startup_timeout == 3600
+    fp16 = serving(
+        model="bloom-176b", tensor_parallel_degree=8, instance_type="ml.p4de.24xlarge", weights=FP16_CHECKPOINT
     )
+    assert fp16.startup_timeout == 3600
     assert serving(model="gpt-j-6b", startup_timeout_seconds=900).startup_timeout == 900
+
+
+def test_host_memory_while_loading_is_estimated_per_rank_and_per_instance():
+    bloom = serving(**BLOOM_INT8_P4D, weights=INT8_CHECKPOINT).host_fit()
+    # Each rank: its 1/8 of the int8 shards (20.1 GiB) + the fp16 embeddings of non-tp.pt (6.7 GiB).
+    assert (bloom.ranks, round(bloom.weights_per_rank_gib, 1), round(bloom.total_gib, 1)) == (8, 26.8, 238.4)
+    assert bloom.capacity_gib == pytest.approx(1152 * 0.9)
+    opt = serving(model="opt-30b", tensor_parallel_degree=4, instance_type="ml.g5.24xlarge").host_fit()
+    assert (opt.ranks, round(opt.weights_per_rank_gib, 1), round(opt.total_gib, 1)) == (4, 55.8, 235.3)
+    # Two copies of TP 2 on four GPUs: four ranks load at once.
+    copies = serving(model="gpt-j-6b", tensor_parallel_degree=2, instance_type="ml.g5.12xlarge").host_fit()
+    assert (copies.ranks, round(copies.weights_per_rank_gib, 1)) == (4, 11.3)
+    # vLLM ranks keep only their slice.
+    vllm = serving(engine="vllm", model="opt-30b", tensor_parallel_degree=4, instance_type="ml.g5.24xlarge").host_fit()
+    assert round(vllm.weights_per_rank_gib, 1) == 14.0
+
+
+def test_bloom_example_serves_the_presharded_int8_checkpoint():
+    for stage in load_config(REPO / "config/examples/bloom-176b-int8-p4d.yaml").stages.values():
+        checkpoint = stage.serving.checkpoint
+        assert (checkpoint.hf_id, checkpoint.dtype, checkpoint.tensor_parallel_degree) == (
+            "microsoft/bloom-deepspeed-inference-int8",
+            "int8",
+            8,
+        )
+        assert checkpoint.revision == "aa00a6626f6484a2eef68e06d1e089e4e32aa571"  # the commit the reference staged
+        assert stage.serving.staged_weights.name == "bloom-176b-deepspeed-int8-tp8"
+        assert stage.serving.host_fit().fits
 
 
 @pytest.mark.parametrize(

@@ -43,13 +43,19 @@ def test_rendered_deepspeed_file_parses_back_to_the_stage_values(tmp_path):
 
 
 def test_the_handler_accepts_the_rendered_properties(tmp_path):
-    serving = ServingConfig(model="bloom-176b", dtype="int8", tensor_parallel_degree=8, instance_type="ml.p4d.24xlarge")
+    serving = ServingConfig(
+        model="bloom-176b",
+        dtype="int8",
+        tensor_parallel_degree=8,
+        instance_type="ml.p4d.24xlarge",
+        weights={"checkpoint": "deepspeed-int8-tp8"},
+    )
     properties = parse(render(serving, stage_name="dev"), tmp_path)
     # DJL strips the option. prefix and passes tensor_parallel_degree as an int.
     djl_view = {k.removeprefix("option."): v for k, v in properties.items() if k.startswith("option.")}
     djl_view["tensor_parallel_degree"] = int(djl_view["tensor_parallel_degree"])
     config = LMI_CONFIG["HandlerConfig"].from_properties(
-        djl_view, {"WEIGHTS_S3_URI": "s3://models/pretrained/bloom-176b/"}
+        djl_view, {"WEIGHTS_S3_URI": "s3://models/pretrained/bloom-176b-deepspeed-int8-tp8/"}
     )
     assert (config.tensor_parallel_degree, config.dtype, config.max_new_tokens, config.max_batch_size) == (
         8,

@@ -67,6 +67,23 @@ def test_bloom_on_p4d_gets_a_long_startup_and_no_volume_or_kms(variants):
     assert env["TENSOR_PARALLEL_DEGREE"] == "8"
 
 
+def test_bloom_endpoint_reads_the_prefix_its_staging_pipeline_fills_with_the_presharded_checkpoint(variants):
+    env = one(variants, "bloom", "AWS::SageMaker::Model")["PrimaryContainer"]["Environment"]
+    assert "/pretrained/bloom-176b-deepspeed-int8-tp8/" in json.dumps(env["WEIGHTS_S3_URI"])
+    pipelines = variants.resources("bloom", "Training", "AWS::SageMaker::Pipeline").values()
+    (staging,) = [p for p in pipelines if p["Properties"]["PipelineName"].endswith("-stage-weights")]
+    body, _ = staging["Properties"]["PipelineDefinition"]["PipelineDefinitionBody"]["Fn::Sub"]
+    steps = {s["Name"]: s["Arguments"] for s in json.loads(body)["Steps"]}
+    bloom = steps["Stage-bloom-176b-deepspeed-int8-tp8"]
+    (output,) = bloom["ProcessingOutputConfig"]["Outputs"]
+    assert output["S3Output"]["S3Uri"] == "s3://${ModelsBucket}/pretrained/bloom-176b-deepspeed-int8-tp8/"
+    assert bloom["AppSpecification"]["ContainerArguments"][:2] == [
+        "--model_id",
+        "microsoft/bloom-deepspeed-inference-int8",
+    ]
+    assert set(steps) == {"Stage-gpt-j-6b", "Stage-bloom-176b-deepspeed-int8-tp8"}  # the training model's, too
+
+
 def test_instances_with_ebs_get_the_volume_and_the_stage_key(variants):
     props = one(variants, "ebs", "AWS::SageMaker::EndpointConfig")
     assert variant(props)["VolumeSizeInGB"] == 200

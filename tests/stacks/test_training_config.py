@@ -15,7 +15,7 @@ def training(**fields) -> TrainingConfig:
 ACCEPTED = [
     ("GPT-J TP 8 on p4d (the tensor-parallel reference, the default)", {}),
     ("pipeline parallel 8 with 2 microbatches (the PP notebook)",
-     dict(smp={"tensor_parallel_degree": 1, "pipeline_parallel_degree": 8, "microbatches": 2, "optimize": "memory", "offload_activations": True})),
+     dict(smp={"tensor_parallel_degree": 1, "pipeline_parallel_degree": 8, "microbatches": 2, "optimize": "memory", "prescaled_batch": False, "offload_activations": True})),
     ("TP 8 on g5.48xlarge", dict(instance_type="ml.g5.48xlarge")),
     ("two p4d hosts: TP 8 x data parallel 2", dict(instance_count=2)),
     ("bf16 on A100", dict(precision="bf16")),
@@ -44,6 +44,8 @@ REJECTED = [
     ("SMP v1 on p5", dict(instance_type="ml.p5.48xlarge"), r"SMP v1 does not support p5 instances"),
     ("sharded data parallelism", dict(smp={"tensor_parallel_degree": 2, "sharded_data_parallel_degree": 4}),
      r"SMP v1 then writes only partial shards"),
+    ("prescaled batch with optimize memory (SMP's own rule)", dict(smp={"tensor_parallel_degree": 1, "pipeline_parallel_degree": 8, "optimize": "memory"}),
+     r'train\.py would refuse to start: mp_parameters prescaled_batch=true requires optimize="speed", but optimize is "memory"'),
     ("delayed init over pretrained weights", dict(smp={"delayed_parameter_initialization": True}), r"over the pretrained ones"),
     ("optimizer state that does not fit", dict(smp={"tensor_parallel_degree": 1, "shard_optimizer_state": False}),
      r"gpt-j-6b training does not fit ml\.p4d\.24xlarge \(8 x A100 40 GB\).*estimated 93\.6 GiB of 36\.0 GiB usable per GPU \(weights, gradients and optimizer 90\.2"),
@@ -65,3 +67,88 @@ def test_rejects_layouts_that_cannot_run(fields, message):
 def test_data_parallel_degree_follows_the_world_size():
     assert training(instance_count=2).data_parallel_degree == 2
     assert training(smp={"tensor_parallel_degree": 4}).data_parallel_degree == 2
+
+
+@pytest.mark.bad_input("config")
+def test_every_training_process_loading_the_whole_model_must_fit_host_memory(monkeypatch):
+    # A 13B GPT-J shape (gptj: SMP v1 tensor parallelism) on g5.24xlarge hosts: the GPUs hold TP 4 with the optimizer
+    # state sharded over 8 hosts, but 4 processes x 2 fp32 copies of the model (96.9 GiB) do not fit 384 GiB of host
+    # memory.
+    from stacks.catalog import models
+
+    big = models.Model("gpt-j-13b", "-", "gptj", 13_000_000_000, 40, 5120, 40, 2048, 50400, True)
+    monkeypatch.setitem(models.MODELS, "gpt-j-13b", big)
+    fields = dict(
+        model="gpt-j-13b", instance_type="ml.g5.24xlarge", instance_count=8, smp={"tensor_parallel_degree": 4}
+    )
+    with pytest.raises(
+        ValidationError,
+        match=r"gpt-j-13b cannot load on ml\.g5\.24xlarge \(384 GiB of host memory\) with 4 processes per host: needs "
+        r"399\.4 GiB of 345\.6 GiB usable per instance \(4 ranks x \(weights 96\.9 \+ process 3\.0\); every rank "
+        r"builds the whole model and reads the whole state dict: two fp32 copies at most\); lower processes_per_host",
+    ):
+        training(**fields)
+    assert training(**{**fields, "instance_type": "ml.g5.48xlarge", "processes_per_host": 4}).host_fit().fits
+
+
+def test_the_reference_layout_loads_within_host_memory():
+    host = training().host_fit()
+    assert (host.ranks, round(host.weights_per_rank_gib, 1), host.fits) == (8, 45.1, True)
+
+
+def test_the_smp_v1_transformers_pin_is_one_smp_v1_tensor_parallelizes():
+    """train.py's own list (training/finetune/layout.py), checked against what training/requirements.txt pins for
+    the SMP v1 image's Python 3.9: with another version SMP v1 silently trains GPT-J without tensor parallelism."""
+    from stacks.training_job import TRAINING_REQUIREMENTS, pinned_version
+    from training.finetune.layout import SMP_V1_TENSOR_PARALLEL_TRANSFORMERS
+
+    assert pinned_version(TRAINING_REQUIREMENTS, "transformers", "3.9") in SMP_V1_TENSOR_PARALLEL_TRANSFORMERS
+
+
+@pytest.mark.bad_input("config")
+def test_synth_refuses_smp_v1_tensor_parallelism_with_an_unsupported_transformers_pin(tmp_path, monkeypatch):
+    from stacks import training_job
+
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text(
+        'transformers==4.28.1; python_version < "3.10"\ntransformers==4.46.3; python_version >= "3.10"\n'
+    )
+    monkeypatch.setattr(training_job, "TRAINING_REQUIREMENTS", requirements)
+    message = (
+        r"train\.py would refuse to start: mp_parameters tensor_parallel_degree is 8 but transformers is 4\.28\.1 "
+        r"\(pinned in training/requirements\.txt for the training image's Python 3\.9\): SMP v1 replaces Hugging Face "
+        r"models with its tensor-parallel modules only for transformers 4\.17\.0, 4\.20\.1, 4\.21\.0"
+    )
+    with pytest.raises(ValidationError, match=message):
+        training()
+    # Without tensor parallelism the pin does not matter to SMP, and SMP v2 reads the Python 3.11 line.
+    assert training(smp={"tensor_parallel_degree": 1, "pipeline_parallel_degree": 8, "microbatches": 2})
+    assert training(precision="bf16", smp={"version": 2, "tensor_parallel_degree": 1, "hybrid_shard_degree": 8})
+
+
+@pytest.mark.bad_input("config")
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('transformers>=4.21; python_version < "3.10"', r"transformers must be pinned exactly"),
+        (
+            'transformers==4.46.3; python_version >= "3.10"',
+            r"must pin transformers exactly once for Python 3\.9, found none",
+        ),
+    ],
+)
+def test_synth_needs_an_exact_transformers_pin_for_the_smp_v1_image(tmp_path, monkeypatch, line, message):
+    from stacks import training_job
+
+    (tmp_path / "requirements.txt").write_text(line + "\n")
+    monkeypatch.setattr(training_job, "TRAINING_REQUIREMENTS", tmp_path / "requirements.txt")
+    with pytest.raises(ValidationError, match=message):
+        training()
+
+
+@pytest.mark.bad_input("config")
+def test_synth_refuses_smp_v1_tensor_parallelism_with_optimize_memory():
+    with pytest.raises(
+        ValidationError, match=r"SMP v1's GPT-J state-dict translation .* supports only optimize=\"speed\""
+    ):
+        training(smp={"optimize": "memory", "prescaled_batch": False})

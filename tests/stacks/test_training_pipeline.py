@@ -4,9 +4,11 @@ stage config and train.py agree on."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 from functools import cache
 
+import botocore.session
 import pytest
 
 from stacks.catalog import images
@@ -89,8 +91,6 @@ def test_run_parameters_default_to_the_stage_config():
     training = TrainingConfig(max_steps=500, learning_rate=1e-4, train_batch_size=16, perplexity_threshold=12.5)
     parameters = {p["Name"]: p["DefaultValue"] for p in definition(training)["Parameters"]}
     assert parameters == {
-        "TrainInstanceType": "ml.p4d.24xlarge",
-        "TrainInstanceCount": 1,
         "MaxSteps": 500,
         "LearningRate": 1e-4,
         "TrainBatchSize": 16,
@@ -99,8 +99,39 @@ def test_run_parameters_default_to_the_stage_config():
     }
 
 
+def parameter_references(node, path=()) -> list[tuple[tuple, str]]:
+    """(where, parameter name) of every {"Get": "Parameters.X"} under `node`."""
+    if isinstance(node, dict):
+        if isinstance(node.get("Get"), str) and node["Get"].startswith("Parameters."):
+            return [(path, node["Get"].removeprefix("Parameters."))]
+        return [ref for key, value in node.items() for ref in parameter_references(value, (*path, key))]
+    if isinstance(node, list):
+        return [ref for i, value in enumerate(node) for ref in parameter_references(value, (*path, i))]
+    return []
+
+
+@pytest.mark.parametrize("instance_type", ["ml.p4d.24xlarge", "ml.p3.16xlarge"])
+def test_no_run_parameter_can_contradict_what_synth_derived_from_the_instances(instance_type):
+    # processes per host, the EFA options, the volume key, the layout and memory checks all follow from the
+    # configured instance type and count: the Train step takes them as fixed values, never as run parameters.
+    training = TrainingConfig(instance_type=instance_type, instance_count=2)
+    defn = definition(training)
+    args = step(defn, "Train")["Arguments"]
+    assert args["ResourceConfig"]["InstanceType"] == instance_type
+    assert args["ResourceConfig"]["InstanceCount"] == 2
+    assert {p["Name"] for p in defn["Parameters"]} == {
+        "MaxSteps", "LearningRate", "TrainBatchSize", "PerplexityThreshold", "InputData",
+    }  # fmt: skip
+    # In the Train step, run parameters only reach train.py's own flags, which it checks at start-up.
+    assert {(where[0], name) for where, name in parameter_references(args)} == {
+        ("HyperParameters", "MaxSteps"),
+        ("HyperParameters", "LearningRate"),
+        ("HyperParameters", "TrainBatchSize"),
+    }
+
+
 def test_mp_parameters_are_exactly_the_stage_smp_config():
-    training = TrainingConfig(smp={"tensor_parallel_degree": 4, "microbatches": 2, "optimize": "memory"})
+    training = TrainingConfig(smp={"tensor_parallel_degree": 4, "microbatches": 2, "placement_strategy": "spread"})
     hyperparameters = decoded(step(definition(training), "Train")["Arguments"]["HyperParameters"])
     assert hyperparameters["mp_parameters"] == smp_parameters(training)
     assert hyperparameters["mp_parameters"]["tensor_parallel_degree"] == 4
@@ -135,8 +166,8 @@ def test_train_step_runs_the_smp_v1_image_with_the_code_channels_and_outputs_of_
     args = step(definition(), "Train")["Arguments"]
     assert args["AlgorithmSpecification"]["TrainingImage"] == images.training_image("us-east-1", 1)
     assert args["AlgorithmSpecification"]["MetricDefinitions"] == METRIC_DEFINITIONS
-    assert args["ResourceConfig"]["InstanceType"] == {"Get": "Parameters.TrainInstanceType"}
-    assert args["ResourceConfig"]["InstanceCount"] == {"Get": "Parameters.TrainInstanceCount"}
+    assert args["ResourceConfig"]["InstanceType"] == "ml.p4d.24xlarge"
+    assert args["ResourceConfig"]["InstanceCount"] == 1
     assert "VolumeKmsKeyId" not in args["ResourceConfig"]  # p4d storage is local NVMe, encrypted by the hardware
     assert (
         decoded(args["HyperParameters"])["sagemaker_submit_directory"] == "s3://${ArtifactsBucket}/${TrainingCodeKey}"
@@ -254,18 +285,78 @@ def test_only_known_placeholders_are_left_for_cloudformation():
         placeholders_in(body + "${Typo}")
 
 
+def staging(training: TrainingConfig | None = None, serving: ServingConfig | None = None) -> dict:
+    return json.loads(
+        staging_definition(training or TrainingConfig(), serving or ServingConfig(), region="us-east-1", names=NAMES)
+    )
+
+
+def bloom_int8() -> ServingConfig:
+    return ServingConfig(
+        model="bloom-176b",
+        dtype="int8",
+        tensor_parallel_degree=8,
+        instance_type="ml.p4d.24xlarge",
+        weights={"checkpoint": "deepspeed-int8-tp8"},
+    )
+
+
 def test_staging_pipeline_copies_the_hub_model_into_its_pretrained_prefix():
-    staging = json.loads(staging_definition(TrainingConfig(), region="us-east-1", names=NAMES))
-    assert {p["Name"]: p["DefaultValue"] for p in staging["Parameters"]} == {
-        "ModelId": "EleutherAI/gpt-j-6b",
-        "Revision": "main",
-    }
-    (stage,) = staging["Steps"]
+    # The default stage trains and serves GPT-J: one repository, staged once.
+    defn = staging()
+    assert {p["Name"]: p["DefaultValue"] for p in defn["Parameters"]} == {"Revision-gpt-j-6b": "main"}
+    (stage,) = defn["Steps"]
+    assert stage["Name"] == "Stage-gpt-j-6b"
     args = stage["Arguments"]
     assert args["AppSpecification"]["ContainerEntrypoint"][-1] == "stage_model.py"
+    assert args["AppSpecification"]["ContainerArguments"] == [
+        "--model_id", "EleutherAI/gpt-j-6b", "--revision", {"Get": "Parameters.Revision-gpt-j-6b"},
+    ]  # fmt: skip
     (output,) = args["ProcessingOutputConfig"]["Outputs"]
     assert output["S3Output"]["S3Uri"] == "s3://${ModelsBucket}/pretrained/gpt-j-6b/"
     assert output["S3Output"]["LocalPath"] == "/opt/ml/processing/output/model"
+    assert args["ProcessingResources"]["ClusterConfig"]["VolumeSizeInGB"] == 45  # 6 B parameters at fp32, + margin
+
+
+def test_staging_pipeline_stages_the_served_presharded_checkpoint_next_to_the_training_model():
+    defn = staging(serving=bloom_int8())
+    steps = {s["Name"]: s["Arguments"] for s in defn["Steps"]}
+    assert list(steps) == ["Stage-gpt-j-6b", "Stage-bloom-176b-deepspeed-int8-tp8"]
+    bloom = steps["Stage-bloom-176b-deepspeed-int8-tp8"]
+    assert bloom["AppSpecification"]["ContainerArguments"] == [
+        "--model_id", "microsoft/bloom-deepspeed-inference-int8",
+        "--revision", {"Get": "Parameters.Revision-bloom-176b-deepspeed-int8-tp8"},
+        "--deepspeed_tp_size", "8", "--deepspeed_dtype", "int8",
+    ]  # fmt: skip
+    (output,) = bloom["ProcessingOutputConfig"]["Outputs"]
+    assert output["S3Output"]["S3Uri"] == "s3://${ModelsBucket}/pretrained/bloom-176b-deepspeed-int8-tp8/"
+    # The whole checkpoint (167.5 GiB) sits on the volume until SageMaker uploads it; the SDK's default is 30 GB.
+    assert bloom["ProcessingResources"]["ClusterConfig"]["VolumeSizeInGB"] == 205
+    revisions = {p["Name"]: p["DefaultValue"] for p in defn["Parameters"]}
+    assert revisions["Revision-bloom-176b-deepspeed-int8-tp8"] == "aa00a6626f6484a2eef68e06d1e089e4e32aa571"
+    # Names SageMaker accepts (botocore's PipelineParameterName and StepName shapes).
+    sagemaker = botocore.session.get_session().get_service_model("sagemaker")
+    for shape, names in (("PipelineParameterName", revisions), ("StepName", steps)):
+        rule = sagemaker.shape_for(shape).metadata
+        for name in names:
+            assert re.fullmatch(rule["pattern"], name) and rule.get("min", 0) <= len(name) <= rule["max"], name
+
+
+def test_staging_pipeline_stages_nothing_for_weights_that_are_not_staged():
+    external = ServingConfig(weights={"source": "s3", "s3_uri": "s3://shared/gpt-j/"})
+    assert [s["Name"] for s in staging(TrainingConfig(), external)["Steps"]] == ["Stage-gpt-j-6b"]
+    opt = ServingConfig(model="opt-30b", tensor_parallel_degree=4, instance_type="ml.g5.24xlarge")
+    assert [s["Name"] for s in staging(TrainingConfig(), opt)["Steps"]] == ["Stage-gpt-j-6b", "Stage-opt-30b"]
+
+
+def test_staging_definition_is_deterministic_and_needs_no_network(monkeypatch):
+    def refuse(self, address):
+        raise AssertionError(f"network access to {address} while generating the definition")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    first = staging_definition(TrainingConfig(max_steps=3), bloom_int8(), region="eu-west-1", names=NAMES)
+    assert staging_definition(TrainingConfig(max_steps=3), bloom_int8(), region="eu-west-1", names=NAMES) == first
+    assert placeholders_in(first) <= set(PLACEHOLDERS) | {"AWS::Partition", "AWS::AccountId"}
 
 
 def test_synthesized_pipeline_resolves_every_placeholder(assembly):

@@ -75,7 +75,7 @@ class TrainingPipelines(Construct):
         finetune_body = definition.finetune_definition(
             training, serving, region=region, names=names, serving_image=serving_image
         )
-        staging_body = definition.staging_definition(training, region=region, names=names)
+        staging_body = definition.staging_definition(training, serving, region=region, names=names)
         self.finetune = self._pipeline("Finetune", names.finetune, finetune_body, values, training)
         self.staging = self._pipeline("StageWeights", names.staging, staging_body, values, training)
         self.finetune.node.add_dependency(self.model_package_group)

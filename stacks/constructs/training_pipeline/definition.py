@@ -3,7 +3,9 @@
 Fine-tuning:
     PrepareData (processing) -> Train (SMP) -> Evaluate (processing, perplexity report)
         -> CheckPerplexity: perplexity <= threshold ? Register (model package, PendingManualApproval) : Fail
-Staging (run once per model): StageWeights (processing) copies a Hugging Face model into pretrained/<model>/.
+Staging (run once per model): one Stage-<name> processing step per repository the stage uses (the training model's
+Hugging Face weights, and the endpoint's when it serves staged weights: a Hugging Face folder or a pre-sharded
+DeepSpeed checkpoint), each copied into the pretrained/<name>/ prefix its reader uses.
 
 The SDK writes the definitions (SDK 3.x cannot express SMP v1, research/smp_training.md §4). It makes no AWS call:
 every code and data location is an S3 URI, the session has placeholder credentials and its own config (no SDK
@@ -25,8 +27,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from unittest import mock
 
-from stacks import layout
+from stacks import layout, sizing
 from stacks.catalog import images
+from stacks.catalog.models import Model as CatalogModel
+from stacks.catalog.models import StagedWeights
 from stacks.config import ServingConfig, TrainingConfig
 from stacks.training_job import hyperparameters, smp_parameters
 from training.finetune.metrics import METRIC_DEFINITIONS
@@ -170,7 +174,16 @@ def network(training: TrainingConfig):
     )
 
 
-def processor(session, training: TrainingConfig, *, region: str, name: str, instance_type: str, script: str):
+def processor(
+    session,
+    training: TrainingConfig,
+    *,
+    region: str,
+    name: str,
+    instance_type: str,
+    script: str,
+    volume_size_gib: int = 30,  # the SDK's default
+):
     """A processing job running one script of the training sourcedir in the PyTorch image.
 
     The job's code is the same sourcedir.tar.gz the training job runs: unpack it, install what the image lacks
@@ -187,6 +200,7 @@ def processor(session, training: TrainingConfig, *, region: str, name: str, inst
         image_uri=images.processing_image(region, instance_type),
         instance_count=1,
         instance_type=instance_type,
+        volume_size_in_gb=volume_size_gib,
         entrypoint=["bash", "-c", command, script],
         volume_kms_key=volume_key(instance_type),
         output_kms_key=sub("KeyArn"),
@@ -207,8 +221,9 @@ def code_input():
     )
 
 
-def pretrained_uri(training: TrainingConfig) -> str:
-    return s3("ModelsBucket", f"{layout.PRETRAINED}{training.model}/")
+def pretrained_uri(name: str) -> str:
+    """Where staged weights live: pretrained/<name>/ (a model's Hugging Face folder, or one of its checkpoints)."""
+    return s3("ModelsBucket", f"{layout.PRETRAINED}{name}/")
 
 
 def serialize(pipeline) -> str:
@@ -247,9 +262,11 @@ def finetune_definition(
         """s3://<bucket>/<prefix><execution id>/<rest>: every run writes apart, and a retried run resumes."""
         return Join(on="/", values=[s3(bucket, prefix).rstrip("/"), run, *rest])
 
+    # What a run may change. The training instance type and count are not among them: processes per host, the EFA
+    # options, the volume key, SMP's layout checks, train.py's start-up checks and the memory estimates are all
+    # derived from them at synth, and a pipeline expression cannot derive any of those again from an override.
+    # Another instance type is a config change, checked and synthesized like any other.
     parameters = {
-        "TrainInstanceType": ParameterString("TrainInstanceType", default_value=training.instance_type),
-        "TrainInstanceCount": ParameterInteger("TrainInstanceCount", default_value=training.instance_count),
         "MaxSteps": ParameterInteger("MaxSteps", default_value=training.max_steps),
         "LearningRate": ParameterFloat("LearningRate", default_value=training.learning_rate),
         "TrainBatchSize": ParameterInteger("TrainBatchSize", default_value=training.train_batch_size),
@@ -273,7 +290,9 @@ def finetune_definition(
                         source=parameters["InputData"], destination=f"{PROCESSING}/input/raw", input_name="raw"
                     ),
                     ProcessingInput(
-                        source=pretrained_uri(training), destination=f"{PROCESSING}/input/model", input_name="model"
+                        source=pretrained_uri(training.catalog_model.staged().name),
+                        destination=f"{PROCESSING}/input/model",
+                        input_name="model",
                     ),
                     code_input(),
                 ],
@@ -301,8 +320,8 @@ def finetune_definition(
             # given (the same lookup it would make) it skips that check, which the config has already made.
             image_uri=images.training_image(region, 2) if training.smp.version == 2 else None,
             role=role_arn(),
-            instance_type=parameters["TrainInstanceType"],
-            instance_count=parameters["TrainInstanceCount"],
+            instance_type=training.instance_type,
+            instance_count=training.instance_count,
             volume_size=training.volume_size_gib,
             volume_kms_key=volume_key(training.instance_type),
             output_kms_key=sub("KeyArn"),
@@ -335,7 +354,9 @@ def finetune_definition(
                 inputs={
                     "train": TrainingInput(prepared["train"].S3Output.S3Uri, distribution="FullyReplicated"),
                     "test": TrainingInput(prepared["validation"].S3Output.S3Uri, distribution="FullyReplicated"),
-                    "model": TrainingInput(pretrained_uri(training), distribution="FullyReplicated"),
+                    "model": TrainingInput(
+                        pretrained_uri(training.catalog_model.staged().name), distribution="FullyReplicated"
+                    ),
                 }
             ),
         )
@@ -427,42 +448,59 @@ def finetune_definition(
         )
 
 
+def staged_repositories(training: TrainingConfig, serving: ServingConfig) -> list[tuple[CatalogModel, StagedWeights]]:
+    """Every repository a stage reads from its pretrained/ prefix, each once, with its model: the training model's
+    Hugging Face weights, and the endpoint's staged weights (none when it serves S3 or a model package)."""
+    found: dict[str, tuple[CatalogModel, StagedWeights]] = {}
+    candidates = [(training.catalog_model, training.catalog_model.staged())]
+    if serving.staged_weights is not None:
+        candidates.append((serving.catalog_model, serving.staged_weights))
+    for model, staged in candidates:
+        found.setdefault(staged.name, (model, staged))
+    return list(found.values())
+
+
 @functools.cache
-def staging_definition(training: TrainingConfig, *, region: str, names: PipelineNames) -> str:
-    """The pipeline that copies the model's Hugging Face weights into pretrained/<model>/ once, so no training job
-    or endpoint depends on a hub at run time."""
+def staging_definition(training: TrainingConfig, serving: ServingConfig, *, region: str, names: PipelineNames) -> str:
+    """The pipeline that copies each repository the stage reads into pretrained/<name>/ once, so no training job or
+    endpoint depends on a hub at run time. One step per repository, run in parallel; the repository is fixed by the
+    catalog (the prefix is named after it), and a run may pin each one's revision."""
     from sagemaker.processing import ProcessingOutput
     from sagemaker.workflow.parameters import ParameterString
     from sagemaker.workflow.pipeline import Pipeline
     from sagemaker.workflow.steps import ProcessingStep
 
-    model = training.catalog_model
-    parameters = {
-        "ModelId": ParameterString("ModelId", default_value=model.hf_id),
-        "Revision": ParameterString("Revision", default_value="main"),
-    }
+    parameters, steps = [], []
     with offline_session(region) as session:
-        stage = ProcessingStep(
-            name="StageWeights",
-            step_args=processor(
+        for model, staged in staged_repositories(training, serving):
+            revision = ParameterString(f"Revision-{staged.name}", default_value=staged.revision)
+            arguments = ["--model_id", staged.hf_id, "--revision", revision]
+            if staged.deepspeed is not None:
+                arguments += [
+                    "--deepspeed_tp_size",
+                    str(staged.deepspeed.tensor_parallel_degree),
+                    "--deepspeed_dtype",
+                    staged.deepspeed.dtype,
+                ]
+            step_args = processor(
                 session,
                 training,
                 region=region,
                 name="stage-weights",
                 instance_type=training.processing_instance_type,
                 script="stage_model.py",
+                volume_size_gib=sizing.staging_volume_gib(model, staged),
             ).run(
                 inputs=[code_input()],
                 outputs=[
                     ProcessingOutput(
                         output_name="model",
                         source=f"{PROCESSING}/output/model",
-                        destination=pretrained_uri(training),
+                        destination=pretrained_uri(staged.name),
                     )
                 ],
-                arguments=["--model_id", parameters["ModelId"], "--revision", parameters["Revision"]],
-            ),
-        )
-        return serialize(
-            Pipeline(name=names.staging, parameters=list(parameters.values()), steps=[stage], sagemaker_session=session)
-        )
+                arguments=arguments,
+            )
+            parameters.append(revision)
+            steps.append(ProcessingStep(name=f"Stage-{staged.name}", step_args=step_args))
+        return serialize(Pipeline(name=names.staging, parameters=parameters, steps=steps, sagemaker_session=session))
