@@ -29,7 +29,7 @@ export SAGEMAKER_SUPPRESS_V2_WARNING := 1
 export DS_ACCELERATOR := cpu
 
 .PHONY: help synth deploy diff destroy test lint format clean local-serve local-train acknowledgements diagram rehearse \
-	bench bench-gpu
+	bench bench-gpu gpu-check
 
 help:
 	@echo "make synth                 set up, synthesize every stage offline, print the plan"
@@ -42,6 +42,8 @@ help:
 	@echo "make rehearse [STAGE=prod]  deploy a stage onto moto's AWS emulator with the real CDK CLI, check it, destroy it"
 	@echo "make bench                 measure synth, handler, training, artifacts, cold start, suite into BENCHMARKS.md"
 	@echo "make bench-gpu [GPU_PYTHON=...]  the GPU figures (DeepSpeed vs HF generate, train.py tokens/s), on a CUDA GPU"
+	@echo "make gpu-check [GPU_PYTHON=...]  on one CUDA GPU: the handler's kernel injection and int8 against HF generate,"
+	@echo "                           fp16 train.py steps; PASS/FAIL per part into .gpu-check/ (docs/gpu-check.md)"
 	@echo "make diagram               redraw docs/architecture.md from the synthesized default config"
 	@echo "make acknowledgements      regenerate docs/acknowledgements.md (every cdk-nag finding acknowledged, and why)"
 	@echo "options: CONFIG=path/to/config.yaml (default $(CONFIG)), STAGE=name (default: all stages)"
@@ -108,9 +110,19 @@ bench: $(VENV)/.test-deps .venv-checkov/.installed node_modules/.installed
 	$(PY) -m bench $(if $(BENCH_ONLY),--only $(BENCH_ONLY)) $(if $(BENCH_FRESH_CLONE),--fresh-clone)
 
 # The GPU section of BENCHMARKS.md. The project's venv has the CPU torch: on a GPU instance point GPU_PYTHON at an
-# interpreter with CUDA torch and DeepSpeed (the LMI DeepSpeed image's). Without a CUDA GPU it says so, changes nothing.
-bench-gpu: $(VENV)/.test-deps
-	$(or $(GPU_PYTHON),$(PY)) -m bench.gpu
+# interpreter with CUDA torch and DeepSpeed (the LMI DeepSpeed image's); then the venv is not needed. Without a CUDA
+# GPU it says so, changes nothing. DS_ACCELERATOR=cpu, exported above for the tests, would keep DeepSpeed off the GPU.
+bench-gpu: $(if $(GPU_PYTHON),,$(VENV)/.test-deps)
+	env -u DS_ACCELERATOR $(or $(GPU_PYTHON),$(PY)) -m bench.gpu
+
+# What only a GPU can show (docs/gpu-check.md): DeepSpeed kernel injection through the handler against Hugging Face
+# generate (GPT-J, OPT, BLOOM), int8 (plain and pre-sharded), fp16 train.py steps; sized for 8 minutes on one GPU. Exit 0
+# all passed (or no CUDA GPU), 1 a part failed, 3 a part could not run here. GPU_CHECK_ONLY=train-fp16,inject-gptj
+# runs some units; GPU_CHECK_OUTPUT moves the result (a .md is written beside the JSON).
+GPU_CHECK_OUTPUT ?= .gpu-check/result.json
+gpu-check: $(if $(GPU_PYTHON),,$(VENV)/.test-deps)
+	env -u DS_ACCELERATOR $(or $(GPU_PYTHON),$(PY)) -m bench.gpu_check --output $(GPU_CHECK_OUTPUT)$(if \
+		$(GPU_CHECK_ONLY), --only $(GPU_CHECK_ONLY))
 
 # --- checks ---------------------------------------------------------------------------------------------------
 
@@ -139,4 +151,4 @@ format: $(VENV)/.test-deps
 	$(VENV)/bin/ruff check --fix .
 
 clean:
-	rm -rf cdk.out .cdk-home .pytest_cache .local-train .acknowledgements .diagram
+	rm -rf cdk.out .cdk-home .pytest_cache .local-train .acknowledgements .diagram .gpu-check

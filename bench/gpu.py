@@ -74,7 +74,8 @@ def _random_model(layers: int, dtype: Any) -> Any:
 def _timed_generate(model: Any, prompt: Any, new_tokens: int) -> tuple[float, Any]:
     import torch
 
-    torch.cuda.synchronize()
+    synchronize = torch.cuda.synchronize if prompt.is_cuda else (lambda: None)
+    synchronize()
     started = time.perf_counter()
     output = model.generate(
         input_ids=prompt,
@@ -84,8 +85,15 @@ def _timed_generate(model: Any, prompt: Any, new_tokens: int) -> tuple[float, An
         do_sample=False,
         pad_token_id=0,
     )
-    torch.cuda.synchronize()
+    synchronize()
     return time.perf_counter() - started, output
+
+
+def per_token_latency(model: Any, prompt: Any, new_tokens: int) -> tuple[float, Any]:
+    """Seconds per generated token, the prompt's forward pass left out: (time of N tokens - time of 1) / (N - 1)."""
+    long, output = _timed_generate(model, prompt, new_tokens)
+    short, _ = _timed_generate(model, prompt, 1)
+    return (long - short) / (new_tokens - 1), output
 
 
 def generation(*, layers: int, rounds: int, warmup: int) -> str:
@@ -105,14 +113,9 @@ def generation(*, layers: int, rounds: int, warmup: int) -> str:
     hf_per_token: list[float] = []
     ds_per_token: list[float] = []
 
-    def per_token(model: Any) -> tuple[float, Any]:
-        long, output = _timed_generate(model, prompt, NEW_TOKENS)
-        short, _ = _timed_generate(model, prompt, 1)
-        return (long - short) / (NEW_TOKENS - 1), output
-
     if not interleaved:
         for index in range(warmup + rounds):
-            value, hf_tokens = per_token(hf_model)
+            value, hf_tokens = per_token_latency(hf_model, prompt, NEW_TOKENS)
             if index >= warmup:
                 hf_per_token.append(value)
     engine = deepspeed.init_inference(
@@ -124,7 +127,7 @@ def generation(*, layers: int, rounds: int, warmup: int) -> str:
         if index % 2:
             order.reverse()
         for name, model in order:
-            value, tokens = per_token(model)
+            value, tokens = per_token_latency(model, prompt, NEW_TOKENS)
             if index < warmup:
                 continue
             if name == "hf":
@@ -167,19 +170,29 @@ def _training_layers(free_bytes: int) -> int:
     return max(1, min(GPTJ["n_layer"], int((budget - embeddings) // per_layer)))
 
 
+def run_train_py(root: Path, flags: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """train.py through its Python entry point (as `python train.py --flag value ...` after parsing), its output
+    kept quiet, in `root` (its HOME); returns its summary and its metrics.json (the flags must set output_dir)."""
+    from bench.training import load_module
+
+    for path in (str(REPO_ROOT / "training"), str(REPO_ROOT)):
+        if path not in sys.path:
+            sys.path.insert(0, path)
+    module = load_module("bench_gpu_train_entry", REPO_ROOT / "training" / "train.py")
+    argv = [item for name, value in flags.items() for item in (f"--{name}", str(value))]
+    with contextlib.redirect_stdout(io.StringIO()):
+        summary = module.run(argv, {"PATH": os.environ.get("PATH", ""), "HOME": str(root)})
+    return summary, json.loads((Path(flags["output_dir"]) / "metrics.json").read_text())
+
+
 def training(*, layers: int | None, steps: int, window: int) -> str:
     import torch
 
-    from bench.training import load_module
     from local.tiny import build_tokenizer
 
     free, _ = torch.cuda.mem_get_info()
     layers = layers or _training_layers(free)
     precision = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-    for path in (str(REPO_ROOT / "training"), str(REPO_ROOT)):
-        if path not in sys.path:
-            sys.path.insert(0, path)
-    module = load_module("bench_gpu_train_entry", REPO_ROOT / "training" / "train.py")
     with tempfile.TemporaryDirectory(prefix="bench-gpu-training-") as scratch:
         root = Path(scratch)
         build_tokenizer().save_pretrained(root / "tokenizer")
@@ -198,11 +211,9 @@ def training(*, layers: int | None, steps: int, window: int) -> str:
             "checkpoint_freq": 0, "progress_bar": "false", "save_final_model": "false", "resume": "false",
             "activation_checkpointing": "true", "backend": "torch", precision: "true",
         }  # fmt: skip
-        argv = [item for name, value in flags.items() for item in (f"--{name}", str(value))]
         torch.cuda.reset_peak_memory_stats()
-        with contextlib.redirect_stdout(io.StringIO()):
-            summary = module.run(argv, {"PATH": os.environ.get("PATH", ""), "HOME": str(root)})
-        history = json.loads((root / "output" / "metrics.json").read_text())["train"]
+        summary, metrics = run_train_py(root, flags)
+        history = metrics["train"]
     steady = Sample.of([record["tokens_per_s"] for record in history[1:]], "tokens/s")
     peak = torch.cuda.max_memory_allocated() / 2**30
     lines = [

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -45,3 +47,28 @@ def test_without_a_gpu_section_the_placeholder_is_written(tmp_path, content):
 
     assert section == f"{gpu.GPU_START}\n{bench_main.GPU_PLACEHOLDER}{gpu.GPU_END}\n"
     assert "Not measured" in section
+
+
+def test_per_token_latency_times_generation_on_the_device_of_the_prompt():
+    """make gpu-check times the handler's model against Hugging Face generate with this helper; on CPU (its tests)
+    there is no CUDA stream to synchronize."""
+    from local.tiny import build_model
+
+    model = build_model("gptj")
+    prompt = torch.tensor([[5, 6, 7, 8]])
+
+    seconds, output = gpu.per_token_latency(model, prompt, 3)
+
+    assert math.isfinite(seconds) and output.shape == (1, 4 + 3)
+
+
+def test_run_train_py_runs_train_py_from_flags_and_returns_its_metrics(tmp_path):
+    """The path both `make bench-gpu` and `make gpu-check` train through, here with the check's own flags on CPU."""
+    from bench import gpu_check_units
+
+    result = gpu_check_units.training(tmp_path, precision="fp32", sizes={"layers": 1, "hidden": 32, "heads": 2}, steps=2,
+                                      window=1, lr=3e-3)  # fmt: skip
+
+    assert result.name == "train-fp32" and result.numbers["steps"] == 2
+    assert len(result.numbers["losses"]) == 2 and len(result.numbers["val_loss"]) == 1
+    assert all(0 < loss < 10 for loss in result.numbers["losses"] + result.numbers["val_loss"])
