@@ -1,0 +1,108 @@
+"""Field types shared by the config models: each validator's message says what is accepted."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict
+
+from stacks.catalog.instances import INSTANCE_TYPES
+from stacks.catalog.models import MODELS
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_CONFIG = REPO_ROOT / "config" / "default.yaml"
+
+
+class ConfigError(ValueError):
+    """An invalid configuration file, with one line per problem."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Field types: each validator's message says what is accepted.
+
+
+def _aws_regions() -> dict[str, str]:
+    """Region name -> partition, from the CDK's own region facts (no network, same list the CDK uses)."""
+    from aws_cdk.region_info import RegionInfo
+
+    return {r.name: r.partition for r in RegionInfo.regions if r.partition}
+
+
+def _check_region(value: str) -> str:
+    regions = _aws_regions()
+    if value not in regions:
+        close = difflib.get_close_matches(value, regions, n=3)
+        hint = f"did you mean {' or '.join(close)}?" if close else f"known regions: {', '.join(sorted(regions))}"
+        raise ValueError(f"not an AWS region; {hint}")
+    return value
+
+
+def _check_account(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool):
+        raise ValueError(
+            "an account id must be a quoted string of 12 digits: YAML reads an unquoted number as an integer "
+            "and drops its leading zeros"
+        )
+    if isinstance(value, str) and not re.fullmatch(r"\d{12}", value):
+        raise ValueError("an account id is exactly 12 digits, for example '123456789012'")
+    return value
+
+
+def _check_instance_type(value: str) -> str:
+    if value not in INSTANCE_TYPES:
+        close = difflib.get_close_matches(value, INSTANCE_TYPES, n=3)
+        hint = f"did you mean {' or '.join(close)}? " if close else ""
+        raise ValueError(f"not a supported GPU instance type; {hint}supported: {', '.join(INSTANCE_TYPES)}")
+    return value
+
+
+def _check_name(kind: str, max_len: int):
+    def check(value: str) -> str:
+        if not re.fullmatch(rf"[a-z][a-z0-9-]{{0,{max_len - 1}}}", value) or value.endswith("-"):
+            raise ValueError(
+                f"{kind} names are lowercase letters, digits and '-', start with a letter, do not end with '-', "
+                f"and have at most {max_len} characters (they become part of stack and resource names)"
+            )
+        return value
+
+    return check
+
+
+def _check_tag_key(value: str) -> str:
+    if not 1 <= len(value) <= 128 or not re.fullmatch(r"[\w .:/=+\-@]+", value):
+        raise ValueError("tag keys have 1-128 characters: letters, digits, spaces and _ . : / = + - @")
+    if value.lower().startswith("aws:"):
+        raise ValueError("tag keys starting with 'aws:' are reserved by AWS")
+    return value
+
+
+def _check_tag_value(value: str) -> str:
+    if len(value) > 256 or not re.fullmatch(r"[\w .:/=+\-@]*", value):
+        raise ValueError("tag values have at most 256 characters: letters, digits, spaces and _ . : / = + - @")
+    return value
+
+
+AccountId = Annotated[str, BeforeValidator(_check_account)]
+Region = Annotated[str, AfterValidator(_check_region)]
+InstanceTypeName = Annotated[str, AfterValidator(_check_instance_type)]
+StageName = Annotated[str, AfterValidator(_check_name("stage", 20))]
+ProjectName = Annotated[str, AfterValidator(_check_name("project", 24))]
+Tags = dict[Annotated[str, AfterValidator(_check_tag_key)], Annotated[str, AfterValidator(_check_tag_value)]]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+
+def _check_model(value: str) -> str:
+    if value not in MODELS:
+        close = difflib.get_close_matches(value, MODELS, n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise ValueError(f"not a known model; {hint}known: {', '.join(MODELS)}")
+    return value
+
+
+ModelName = Annotated[str, AfterValidator(_check_model)]

@@ -1,0 +1,112 @@
+"""The whole file: the stages in promotion order, and the promotion pipeline."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from stacks.config.fields import AccountId, ProjectName, Region, StageName, Tags, _Strict
+from stacks.config.serving import ServingConfig
+from stacks.config.training import TrainingConfig
+
+
+class SourceConfig(_Strict):
+    """Where the pipeline gets the repository: a CodeConnections connection (GitHub, GitLab, Bitbucket), or a zip
+    in S3."""
+
+    connection_arn: str | None = Field(
+        default=None,
+        pattern=r"^arn:aws[a-z-]*:(codestar-connections|codeconnections):[a-z0-9-]+:\d{12}:connection/[0-9a-f-]+$",
+        description="a CodeConnections connection ARN (create and authorize it in the console once)",
+    )
+    repository: str | None = Field(default=None, pattern=r"^[\w.-]+/[\w.-]+$", description="owner/name")
+    branch: str = Field(default="main", description="the branch whose commits are promoted")
+    bucket: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$", description="S3 source")
+    key: str | None = Field(default=None, min_length=1, description="S3 source: the object key of a zip")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> SourceConfig:
+        connection = self.connection_arn is not None or self.repository is not None
+        s3 = self.bucket is not None or self.key is not None
+        if connection == s3:
+            raise ValueError("give either connection_arn and repository, or bucket and key")
+        if connection and (self.connection_arn is None or self.repository is None):
+            raise ValueError("a connection source needs both connection_arn and repository")
+        if s3 and (self.bucket is None or self.key is None):
+            raise ValueError("an S3 source needs both bucket and key")
+        return self
+
+
+class PipelineConfig(_Strict):
+    """The promotion pipeline: where it runs, what it watches, and the gates between stages."""
+
+    account: AccountId = Field(description="the tooling account the pipeline runs in")
+    region: Region
+    source: SourceConfig
+    approval_before: tuple[StageName, ...] = Field(
+        default=("prod",), description="stages a person approves before they are deployed"
+    )
+    smoke_test_after: tuple[StageName, ...] = Field(
+        default=("staging",), description="stages whose endpoint is invoked, and pipeline checked, after deploying"
+    )
+    trigger_on_model_approval: bool = Field(
+        default=True, description="start the pipeline when a model package of a stage in its account is approved"
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The configuration.
+
+
+class StageConfig(_Strict):
+    """One environment (dev, staging, prod): where it lives and how its data is treated."""
+
+    account: AccountId | None = Field(
+        default=None,
+        description="AWS account id; absent = environment-agnostic (the CLI's credentials decide)",
+    )
+    region: Region = Field(description="AWS region, for example us-east-1")
+    removal_policy: Literal["retain", "destroy"] = Field(
+        default="retain",
+        description="what happens to the data/model buckets and the KMS key when the stack is deleted: "
+        "'retain' keeps them; 'destroy' deletes them and empties the buckets first (dev only)",
+    )
+    tags: Tags = Field(default_factory=dict, description="tags on every resource of this stage")
+    training: TrainingConfig = Field(default_factory=TrainingConfig, description="the stage's fine-tuning pipeline")
+    serving: ServingConfig = Field(default_factory=ServingConfig, description="the stage's inference endpoint")
+
+
+class PlatformConfig(_Strict):
+    """The whole file: the project's name, tags for everything, and the stages in promotion order."""
+
+    project: ProjectName = Field(default="llm-platform", description="prefix of stack names")
+    tags: Tags = Field(default_factory=dict, description="tags on every resource of every stage")
+    stages: dict[StageName, StageConfig] = Field(description="environments, in promotion order")
+    pipeline: PipelineConfig | None = Field(default=None, description="the promotion pipeline; absent: none")
+
+    @model_validator(mode="after")
+    def _check_stages(self) -> PlatformConfig:
+        if not self.stages:
+            raise ValueError("stages: at least one stage is required")
+        if self.stages.get("prod") and self.stages["prod"].removal_policy != "retain":
+            raise ValueError(
+                "stages.prod.removal_policy: 'destroy' would delete production data and keys with the stack; "
+                "prod must use 'retain'"
+            )
+        if self.pipeline:
+            for field in ("approval_before", "smoke_test_after"):
+                unknown = [name for name in getattr(self.pipeline, field) if name not in self.stages]
+                if unknown:
+                    raise ValueError(
+                        f"pipeline.{field}: no stage named {', '.join(unknown)}; stages: {', '.join(self.stages)}"
+                    )
+        return self
+
+    def stage_account(self, stage: str) -> str | None:
+        """The stage's account; a stage without one deploys into the pipeline's account when there is one."""
+        return self.stages[stage].account or (self.pipeline.account if self.pipeline else None)
+
+    def stage_tags(self, stage: str) -> dict[str, str]:
+        """Tags for one stage: the project's, then the file's, then the stage's own (later wins)."""
+        return {"project": self.project, "stage": stage, **self.tags, **self.stages[stage].tags}

@@ -1,0 +1,281 @@
+"""Serving: one LMI endpoint per stage."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, StringConstraints, model_validator
+
+from stacks import sizing
+from stacks.catalog.instances import INSTANCE_TYPES
+from stacks.catalog.models import MODELS, DeepSpeedCheckpoint, StagedWeights
+from stacks.config.fields import InstanceTypeName, ModelName, _Strict
+
+S3Prefix = Annotated[str, StringConstraints(pattern=r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]/(.+/)?$")]
+TimeoutSeconds = Annotated[int, Field(ge=60, le=3600)]
+
+
+class WeightsConfig(_Strict):
+    """Where the served weights come from. Nothing is looked up at synth: an S3 location is fixed here, and a
+    model package is read when the stack deploys."""
+
+    source: Literal["pretrained", "s3", "model_package", "latest_approved"] = Field(
+        default="pretrained",
+        description="'pretrained': the stage's staged copy of the model's Hugging Face weights "
+        "(models bucket, pretrained/<model>/); 's3': the prefix in s3_uri; 'model_package': the weights of the "
+        "registered model package model_package_arn; 'latest_approved': the newest Approved package of "
+        "model_package_group (default: the stage's own), looked up on every deploy of a new release",
+    )
+    s3_uri: S3Prefix | None = Field(default=None, description="for source 's3': s3://bucket/prefix/ of an HF folder")
+    model_package_arn: str | None = Field(
+        default=None,
+        pattern=r"^arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:model-package/[A-Za-z0-9-]{1,63}/\d+$",
+        description="for source 'model_package': arn:aws:sagemaker:<region>:<account>:model-package/<group>/<version>",
+    )
+    model_package_group: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9](-*[A-Za-z0-9]){0,62}$",
+        description="for source 'latest_approved': a model package group of the stage's account and region",
+    )
+    checkpoint: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9][a-z0-9-]*$",
+        description="a pre-sharded DeepSpeed checkpoint of the model (stacks/catalog/models.py, e.g. "
+        "deepspeed-int8-tp8 of bloom-176b): with source 'pretrained' its staged copy "
+        "(pretrained/<model>-<checkpoint>/); with source 's3', what s3_uri holds. Each rank then loads only its shards",
+    )
+
+    @model_validator(mode="after")
+    def _one_location(self) -> WeightsConfig:
+        if self.checkpoint is not None and self.source not in ("pretrained", "s3"):
+            raise ValueError(
+                f"checkpoint is only used with source 'pretrained' or 's3'; source {self.source!r} serves the "
+                "Hugging Face folder the fine-tuning pipeline registered"
+            )
+        owners = {"s3_uri": "s3", "model_package_arn": "model_package", "model_package_group": "latest_approved"}
+        if self.source == "s3" and self.s3_uri is None:
+            raise ValueError("source 's3' needs s3_uri")
+        if self.source == "model_package" and self.model_package_arn is None:
+            raise ValueError("source 'model_package' needs model_package_arn")
+        for name, owner in owners.items():
+            if getattr(self, name) is not None and self.source != owner:
+                raise ValueError(f"{name} is only used with source {owner!r}")
+        return self
+
+
+class AutoscalingConfig(_Strict):
+    """Target tracking on invocations per instance."""
+
+    min_instances: int = Field(default=1, ge=1, description="never fewer instances (an idle endpoint still bills)")
+    max_instances: int = Field(default=1, ge=1, description="never more instances")
+    invocations_per_instance_per_minute: int = Field(
+        default=60, ge=1, description="scale out above this many invocations per instance per minute"
+    )
+    scale_out_cooldown_seconds: int = Field(default=300, ge=0, description="wait after adding instances")
+    scale_in_cooldown_seconds: int = Field(default=900, ge=0, description="wait after removing instances")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> AutoscalingConfig:
+        if self.min_instances > self.max_instances:
+            raise ValueError(f"min_instances {self.min_instances} is above max_instances {self.max_instances}")
+        return self
+
+
+class AlarmsConfig(_Strict):
+    """CloudWatch alarms on the endpoint; they also roll back a deployment that trips them."""
+
+    latency_p90_seconds: float = Field(default=30.0, gt=0, description="model latency, 90th percentile")
+    error_5xx_per_minute: int = Field(default=1, ge=1, description="invocation 5XX errors per minute")
+    gpu_memory_percent: float = Field(default=95.0, gt=0, le=100, description="GPU memory utilization, any instance")
+    disk_percent: float = Field(default=90.0, gt=0, le=100, description="disk utilization, any instance")
+    emails: tuple[Annotated[str, StringConstraints(pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")], ...] = Field(
+        default=(), description="addresses subscribed to the alarm topic"
+    )
+
+
+class DeploymentConfig(_Strict):
+    """How an endpoint update shifts traffic to the new fleet (blue/green), with automatic rollback on the alarms."""
+
+    traffic: Literal["all_at_once", "canary", "linear"] = "all_at_once"
+    step_percent: int = Field(default=25, ge=1, le=50, description="canary size or linear step, % of capacity")
+    wait_seconds: int = Field(default=600, ge=0, le=3600, description="baking time between steps")
+    termination_wait_seconds: int = Field(default=600, ge=0, le=3600, description="old fleet kept after the switch")
+
+
+class ServingConfig(_Strict):
+    """The stage's LMI endpoint: which model, how it is sharded, on what, and how it is run."""
+
+    engine: Literal["deepspeed", "vllm"] = Field(
+        default="deepspeed",
+        description="'deepspeed': LMI 0.27.0 with model_artifacts/deepspeed; 'vllm': the current LMI image",
+    )
+    model: ModelName = Field(default="gpt-j-6b", description="a model of stacks/catalog/models.py")
+    dtype: Literal["fp16", "bf16", "int8"] = Field(
+        default="fp16",
+        description="weights precision on the GPUs; int8 only from a pre-sharded DeepSpeed checkpoint "
+        "(weights.checkpoint)",
+    )
+    tensor_parallel_degree: int = Field(default=1, ge=1, description="GPUs one model copy is sharded over")
+    instance_type: InstanceTypeName = "ml.g5.2xlarge"
+    weights: WeightsConfig = Field(default_factory=WeightsConfig)
+    max_new_tokens: int = Field(default=256, ge=1, description="cap on new tokens per request")
+    max_batch_size: int = Field(default=4, ge=1, description="prompts per request (deepspeed) or running sequences")
+    startup_timeout_seconds: TimeoutSeconds | None = Field(
+        default=None, description="container start-up health check; default sized from the weights to download"
+    )
+    download_timeout_seconds: TimeoutSeconds = Field(
+        default=600, description="download of model.tar.gz (the code; the weights download at start-up)"
+    )
+    volume_size_gib: int | None = Field(
+        default=None, ge=1, le=512, description="EBS volume; only on instance types without local NVMe storage"
+    )
+    data_capture_percent: int | None = Field(
+        default=None, ge=1, le=100, description="capture this % of requests and responses to the data bucket"
+    )
+    routing: Literal["least_outstanding_requests", "random"] = "least_outstanding_requests"
+    autoscaling: AutoscalingConfig = Field(default_factory=AutoscalingConfig)
+    alarms: AlarmsConfig = Field(default_factory=AlarmsConfig)
+    deployment: DeploymentConfig = Field(default_factory=DeploymentConfig)
+
+    @property
+    def catalog_model(self):
+        return MODELS[self.model]
+
+    @property
+    def catalog_instance(self):
+        return INSTANCE_TYPES[self.instance_type]
+
+    @property
+    def checkpoint(self) -> DeepSpeedCheckpoint | None:
+        """The pre-sharded checkpoint served, if any (validated: the model has it)."""
+        name = self.weights.checkpoint
+        return None if name is None else self.catalog_model.checkpoint(name)
+
+    @property
+    def staged_weights(self) -> StagedWeights | None:
+        """What the stage's staging pipeline copies for the endpoint: only with weights source 'pretrained'."""
+        return self.catalog_model.staged(self.weights.checkpoint) if self.weights.source == "pretrained" else None
+
+    def fit(self) -> sizing.ServingFit:
+        model = self.catalog_model
+        return sizing.serving_fit(
+            model,
+            self.dtype,
+            self.tensor_parallel_degree,
+            self.catalog_instance,
+            batch_size=self.max_batch_size,
+            tokens=model.context_tokens,
+        )
+
+    def host_fit(self) -> sizing.HostFit:
+        return sizing.serving_host_fit(
+            self.catalog_model,
+            self.dtype,
+            self.tensor_parallel_degree,
+            self.catalog_instance,
+            engine=self.engine,
+            checkpoint=self.checkpoint,
+        )
+
+    @property
+    def startup_timeout(self) -> int:
+        return self.startup_timeout_seconds or sizing.startup_timeout_seconds(
+            self.catalog_model, self.dtype, self.checkpoint
+        )
+
+    @model_validator(mode="after")
+    def _check_model_fits_instance(self) -> ServingConfig:
+        model, instance, tp = self.catalog_model, self.catalog_instance, self.tensor_parallel_degree
+        where = f"{self.instance_type} ({instance.gpus})"
+        if tp > instance.gpu_count or instance.gpu_count % tp:
+            options = [d for d in range(1, instance.gpu_count + 1) if instance.gpu_count % d == 0]
+            raise ValueError(
+                f"tensor_parallel_degree {tp} must divide the {instance.gpu_count} GPU(s) of {self.instance_type}; "
+                f"use one of {options}"
+            )
+        if model.attention_heads % tp:
+            raise ValueError(
+                f"tensor_parallel_degree {tp} does not divide the {model.attention_heads} attention heads of "
+                f"{self.model}; use a divisor of {model.attention_heads}"
+            )
+        if self.dtype == "bf16" and not instance.gpu.bf16:
+            raise ValueError(f"dtype bf16 needs Ampere or newer GPUs; {instance.gpu.model} has none: use fp16")
+        if self.dtype == "int8" and self.engine != "deepspeed":
+            raise ValueError("dtype int8 is DeepSpeed's kernel-injected int8; with engine vllm use fp16 or bf16")
+        if self.dtype == "int8" and not model.deepspeed_kernels:
+            raise ValueError(f"dtype int8 needs DeepSpeed kernel injection, which has no policy for {self.model}")
+        if self.dtype == "int8" and self.weights.checkpoint is None:
+            # DeepSpeed quantizes only while loading checkpoint shards; its quantization of a Hugging Face model is
+            # disabled (module_inject/containers/base.py, apply_weight_quantization), so it would serve garbage.
+            int8 = [c.name for c in model.checkpoints if c.dtype == "int8"]
+            raise ValueError(
+                "dtype int8 needs a pre-sharded DeepSpeed checkpoint: DeepSpeed quantizes weights only while it "
+                "loads such shards, and would cast Hugging Face weights to int8 without scales; "
+                + (
+                    f"set weights.checkpoint to one of {', '.join(int8)}"
+                    if int8
+                    else f"{self.model} has no int8 checkpoint in the catalog: use fp16 or bf16"
+                )
+            )
+        if self.volume_size_gib is not None and not instance.volume_size_supported:
+            raise ValueError(
+                f"volume_size_gib: {self.instance_type} has instance-local NVMe storage and takes no EBS volume; "
+                "remove volume_size_gib"
+            )
+        self._check_checkpoint()
+        fit = self.fit()
+        if not fit.fits:
+            suggestion = sizing.suggest_serving(
+                model, self.dtype, instance, batch_size=self.max_batch_size, tokens=model.context_tokens
+            )
+            raise ValueError(
+                f"{self.model} {self.dtype} with tensor_parallel_degree {tp} does not fit {where}: needs "
+                f"{fit.describe()}; {suggestion}"
+            )
+        host = self.host_fit()
+        if not host.fits:
+            suggestion = sizing.suggest_host_serving(
+                model,
+                self.dtype,
+                instance,
+                engine=self.engine,
+                batch_size=self.max_batch_size,
+                tokens=model.context_tokens,
+            )
+            raise ValueError(
+                f"{self.model} {self.dtype} with tensor_parallel_degree {tp} cannot load on {self.instance_type} "
+                f"({instance.host_memory_gib} GiB of host memory): needs {host.describe()}; {suggestion}"
+            )
+        if self.max_new_tokens >= model.context_tokens:
+            raise ValueError(
+                f"max_new_tokens {self.max_new_tokens} leaves no room for a prompt in the {model.context_tokens}-token "
+                f"context of {self.model}"
+            )
+        return self
+
+    def _check_checkpoint(self) -> None:
+        """A pre-sharded checkpoint is served exactly as it was made: DeepSpeed, its dtype, its split."""
+        name, model = self.weights.checkpoint, self.catalog_model
+        if name is None:
+            return
+        try:
+            checkpoint = model.checkpoint(name)
+        except KeyError as error:
+            raise ValueError(f"weights.checkpoint: {error.args[0]}") from None
+        made = (
+            f"{name} holds {self.model}'s weights in {checkpoint.dtype}, split for {checkpoint.tensor_parallel_degree} "
+            f"tensor-parallel ranks ({checkpoint.hf_id})"
+        )
+        if self.engine != "deepspeed":
+            raise ValueError(f"{made}: only the deepspeed engine loads it; use engine deepspeed or drop checkpoint")
+        if self.dtype != checkpoint.dtype:
+            raise ValueError(
+                f"{made}: DeepSpeed loads its shards as stored, so dtype {self.dtype} cannot be served from it; use "
+                f"dtype {checkpoint.dtype}, or drop checkpoint to serve the Hugging Face weights"
+            )
+        if self.tensor_parallel_degree != checkpoint.tensor_parallel_degree:
+            raise ValueError(
+                f"{made}: with tensor_parallel_degree {self.tensor_parallel_degree} DeepSpeed would have to merge or "
+                f"re-split its stored shards at load, which the checkpoint was not made for; use "
+                f"tensor_parallel_degree {checkpoint.tensor_parallel_degree}, or drop checkpoint"
+            )

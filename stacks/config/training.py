@@ -1,0 +1,202 @@
+"""Training: the fine-tuning pipeline of each stage."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, StringConstraints, model_validator
+
+from stacks import sizing
+from stacks.catalog.instances import INSTANCE_TYPES
+from stacks.catalog.models import MODELS
+from stacks.config.fields import InstanceTypeName, ModelName, _Strict
+
+ProcessingInstanceType = Annotated[
+    str,
+    StringConstraints(pattern=r"^ml\.[a-z0-9]+\.[0-9]*x?large$"),
+]
+
+
+class SmpConfig(_Strict):
+    """The SageMaker model parallelism library's layout, passed to the job as the estimator's distribution.
+
+    Version 1 (smdistributed.modelparallel, the GPT-J reference) takes every key; version 2 (FSDP-based) only
+    hybrid_shard_degree and the activation keys."""
+
+    version: Literal[1, 2] = Field(default=1, description="1: SMP v1 (PyTorch 1.13.1 DLC, SMP 1.15); 2: SMP v2")
+    # Defaults: the GPT-J-6B tensor-parallel reference on one ml.p4d.24xlarge.
+    tensor_parallel_degree: int = Field(default=8, ge=1, description="GPUs each layer is split over")
+    pipeline_parallel_degree: int = Field(default=1, ge=1, description="pipeline stages (SMP's `partitions`)")
+    microbatches: int = Field(default=1, ge=1, description="micro-batches per batch, for pipeline parallelism")
+    pipeline: Literal["interleaved", "simple"] = "interleaved"
+    ddp: bool = Field(default=True, description="data parallelism across the model-parallel groups")
+    shard_optimizer_state: bool = Field(default=True, description="split optimizer state over data-parallel ranks")
+    sharded_data_parallel_degree: int = Field(
+        default=1, ge=1, description="SMP v1's ZeRO-3-like sharding; only 1: it cannot save a full HF model"
+    )
+    offload_activations: bool = Field(default=False, description="move checkpointed activations to CPU memory")
+    activation_loading_horizon: int = Field(default=4, ge=1)
+    auto_partition: bool = True
+    optimize: Literal["speed", "memory"] = "speed"
+    placement_strategy: Literal["cluster", "spread"] = "cluster"
+    prescaled_batch: bool = True
+    delayed_parameter_initialization: bool = False
+    hybrid_shard_degree: int = Field(default=0, ge=0, description="SMP v2 only: GPUs a model copy is sharded over")
+
+
+class SpotConfig(_Strict):
+    enabled: bool = Field(default=False, description="managed spot training; resumes from checkpoints")
+    max_wait_hours: int = Field(default=48, ge=1, le=672, description="run time plus time waiting for capacity")
+
+
+class VpcConfig(_Strict):
+    subnet_ids: tuple[Annotated[str, StringConstraints(pattern=r"^subnet-[0-9a-f]{8,17}$")], ...] = Field(min_length=1)
+    security_group_ids: tuple[Annotated[str, StringConstraints(pattern=r"^sg-[0-9a-f]{8,17}$")], ...] = Field(
+        min_length=1
+    )
+
+
+class TrainingConfig(_Strict):
+    """The stage's fine-tuning pipeline: model, instances, SMP layout, and the defaults of each run's parameters."""
+
+    model: ModelName = Field(default="gpt-j-6b", description="the model to fine-tune (staged in S3 first)")
+    # Fixed per stage, not run parameters: processes per host, the EFA options, the volume key, the layout checks and
+    # the memory estimates all follow from them at synth.
+    instance_type: InstanceTypeName = Field(default="ml.p4d.24xlarge", description="training instances (per stage)")
+    instance_count: int = Field(default=1, ge=1, description="training instances (per stage)")
+    processes_per_host: int | None = Field(default=None, ge=1, description="default: one per GPU")
+    precision: Literal["fp16", "bf16", "fp32"] = "fp16"
+    activation_checkpointing: bool = True
+    smp: SmpConfig = Field(default_factory=SmpConfig)
+    # Defaults of the pipeline parameters each run may override.
+    max_steps: int = Field(default=1000, ge=1)
+    learning_rate: float = Field(default=2e-4, gt=0)
+    train_batch_size: int = Field(default=8, ge=1, description="sequences per data-parallel rank per step")
+    perplexity_threshold: float = Field(default=20.0, gt=1, description="register the model only at or below")
+    # Fixed per stage.
+    val_batch_size: int = Field(default=8, ge=1)
+    gradient_accumulation: int = Field(default=1, ge=1)
+    lr_decay_style: Literal["constant", "linear", "cosine"] = "linear"
+    warmup: float = Field(default=0.01, ge=0, lt=1)
+    validation_freq: int = Field(default=200, ge=0)
+    checkpoint_freq: int = Field(default=200, ge=0)
+    num_kept_checkpoints: int = Field(default=3, ge=1)
+    seed: int = 12345
+    sequence_length: int = Field(default=1024, ge=8, description="tokens per training block (prepare step)")
+    volume_size_gib: int = Field(default=500, ge=1, le=16384)
+    max_runtime_hours: int = Field(default=24, ge=1, le=672, description="SageMaker stops the job after this")
+    spot: SpotConfig = Field(default_factory=SpotConfig)
+    vpc: VpcConfig | None = Field(default=None, description="run the jobs in these subnets")
+    processing_instance_type: ProcessingInstanceType = Field(default="ml.m5.2xlarge", description="prepare step")
+    evaluate_instance_type: InstanceTypeName = Field(default="ml.g5.2xlarge", description="evaluate step")
+
+    @property
+    def catalog_instance(self):
+        return INSTANCE_TYPES[self.instance_type]
+
+    @property
+    def catalog_model(self):
+        return MODELS[self.model]
+
+    @property
+    def processes(self) -> int:
+        return self.processes_per_host or self.catalog_instance.gpu_count
+
+    @property
+    def world_size(self) -> int:
+        return self.processes * self.instance_count
+
+    @property
+    def data_parallel_degree(self) -> int:
+        return self.world_size // (self.smp.tensor_parallel_degree * self.smp.pipeline_parallel_degree)
+
+    def host_fit(self) -> sizing.HostFit:
+        return sizing.training_host_fit(self.catalog_model, self.catalog_instance, processes=self.processes)
+
+    def fit(self) -> sizing.TrainingFit:
+        smp = self.smp
+        return sizing.training_fit(
+            self.catalog_model,
+            self.catalog_instance,
+            precision=self.precision,
+            tensor_parallel_degree=smp.tensor_parallel_degree,
+            pipeline_parallel_degree=smp.pipeline_parallel_degree,
+            data_parallel_degree=max(self.data_parallel_degree, 1),
+            shard_optimizer_state=smp.shard_optimizer_state,
+            sharded_data_parallel_degree=smp.sharded_data_parallel_degree
+            if smp.version == 1
+            else max(smp.hybrid_shard_degree, 1),
+            micro_batch_size=max(self.train_batch_size // smp.microbatches, 1),
+            sequence_length=self.sequence_length,
+            activation_checkpointing=self.activation_checkpointing,
+        )
+
+    @model_validator(mode="after")
+    def _check_layout(self) -> TrainingConfig:
+        instance, smp = self.catalog_instance, self.smp
+        model_parallel = smp.tensor_parallel_degree * smp.pipeline_parallel_degree
+        if self.processes > instance.gpu_count:
+            raise ValueError(
+                f"processes_per_host {self.processes} is more than the {instance.gpu_count} GPU(s) of "
+                f"{self.instance_type}; SMP runs one process per GPU"
+            )
+        if self.world_size % model_parallel:
+            raise ValueError(
+                f"smp.tensor_parallel_degree x smp.pipeline_parallel_degree = {model_parallel} does not divide the "
+                f"{self.world_size} processes ({self.processes} per host x {self.instance_count} host(s))"
+            )
+        if smp.sharded_data_parallel_degree > 1 and smp.version == 1:
+            raise ValueError(
+                "smp.sharded_data_parallel_degree > 1: SMP v1 then writes only partial shards and the pipeline needs "
+                "the full model in Hugging Face format; use shard_optimizer_state with tensor parallelism, or SMP v2"
+            )
+        if smp.tensor_parallel_degree > 1 and not smp.ddp:
+            raise ValueError("smp.tensor_parallel_degree > 1 needs smp.ddp: true (SMP's requirement)")
+        if self.train_batch_size % smp.microbatches:
+            raise ValueError(
+                f"train_batch_size {self.train_batch_size} is not divisible by smp.microbatches {smp.microbatches}"
+            )
+        if self.precision == "bf16" and not instance.gpu.bf16:
+            raise ValueError(f"precision bf16 needs A100/H100-class (Ampere or newer) GPUs; {instance.gpus} has none")
+        if smp.version == 2 and smp.tensor_parallel_degree > 1 and self.catalog_model.architecture == "gptj":
+            raise ValueError(
+                "SMP v2 has no tensor parallelism for GPT-J (its list: GPT-NeoX, Llama, Mistral, Mixtral); use "
+                "smp.version 1, or smp.hybrid_shard_degree with tensor_parallel_degree 1"
+            )
+        if smp.version == 2 and (smp.pipeline_parallel_degree > 1 or smp.sharded_data_parallel_degree > 1):
+            raise ValueError(
+                "SMP v2 has no pipeline parallelism or sharded_data_parallel_degree; use hybrid_shard_degree"
+            )
+        if smp.version == 1 and self.instance_type.startswith("ml.p5."):
+            raise ValueError("SMP v1 does not support p5 instances (the SageMaker SDK refuses them); use smp.version 2")
+        if smp.version == 1 and smp.delayed_parameter_initialization:
+            raise ValueError(
+                "smp.delayed_parameter_initialization re-initializes the weights after partitioning, over the "
+                "pretrained ones the pipeline fine-tunes; remove it"
+            )
+        if smp.version == 2 and self.precision == "fp16":
+            raise ValueError("SMP v2 (FSDP) trains in bf16 or fp32, not fp16: set precision bf16")
+        if smp.version == 2 and smp.hybrid_shard_degree and self.world_size % smp.hybrid_shard_degree:
+            raise ValueError(
+                f"smp.hybrid_shard_degree {smp.hybrid_shard_degree} does not divide the {self.world_size} processes"
+            )
+        fit = self.fit()
+        if not fit.fits:
+            raise ValueError(
+                f"{self.model} training does not fit {self.instance_type} ({instance.gpus}) with tensor parallel "
+                f"{smp.tensor_parallel_degree}, pipeline parallel {smp.pipeline_parallel_degree} and "
+                f"shard_optimizer_state {str(smp.shard_optimizer_state).lower()}: estimated {fit.describe()}; "
+                "raise the tensor or pipeline parallel degree, shard the optimizer state, or use larger GPUs"
+            )
+        host = self.host_fit()
+        if not host.fits:
+            raise ValueError(
+                f"{self.model} cannot load on {self.instance_type} ({instance.host_memory_gib} GiB of host memory) "
+                f"with {self.processes} processes per host: needs {host.describe()}; lower processes_per_host (with "
+                "the SMP degrees), or use an instance type with more memory per GPU process"
+            )
+        # Last, the job's own start-up checks on exactly what it will be given (a net under the rules above).
+        from stacks import training_job
+
+        training_job.check_with_train_py(self)
+        return self
