@@ -8,25 +8,37 @@ R5 and HIPAA Security).
     npx cdk synth -c overlay=config/overlays/x.yaml   # merged over the config (e.g. the moto rehearsal's)
 
 `make synth` runs this through the pinned CLI and prints the plan. This file is the only place that reads the
-config file and CDK context; everything below it receives typed config objects.
+config file and CDK context; everything below it receives typed config objects. Any failure ends it with one
+message on stderr and exit status 2 (stacks/failures.py); an error in the CDK's validation report is one
+(stacks/validation_report.py).
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from aws_cdk import App, Environment
+from stacks import failures
 
-from stacks import compliance
-from stacks.config import DEFAULT_CONFIG, REPO_ROOT, ConfigError, PlatformConfig, load_config
-from stacks.pipeline_stack import PipelineStack
-from stacks.stage import PlatformStage
+if TYPE_CHECKING:
+    from aws_cdk import App
+
+    from stacks.config import PlatformConfig
+
+REPO_ROOT = Path(__file__).resolve().parent
 
 
 def build_app(app: App, config: PlatformConfig, *, config_path: str = "config/default.yaml", release: str = "") -> App:
     """Add one stage per configured environment to `app`, and the promotion pipeline when the config has one;
     everything is checked by cdk-nag."""
+    # Imported here rather than at the top: main() then reports an import that fails like any other failure.
+    from aws_cdk import Environment
+
+    from stacks import compliance, synth_checks
+    from stacks.pipeline_stack import PipelineStack
+    from stacks.stage import PlatformStage
+
+    synth_checks.check(app, config, config_path=config_path)
     for stage_name in config.stages:
         stage = PlatformStage(app, stage_name, config=config, stage_name=stage_name, release=release)
         # Aspects do not cross Stage boundaries: the checks are added to each stage, not once to the app.
@@ -47,16 +59,26 @@ def build_app(app: App, config: PlatformConfig, *, config_path: str = "config/de
 
 
 def main(app: App | None = None) -> None:
-    """Synthesize what the CLI's context asks for (`app`: one built with that context, for tests)."""
-    app = app or App()
+    """Synthesize what the CLI's context asks for (`app`: one built with that context, for tests). Whatever fails,
+    a config error, an error of the CDK's template validation or a bug, is one message on stderr and exit status 2
+    (DEBUG=1 adds the traceback)."""
+    failures.exit_on_failure(lambda: _synthesize(app), program="app.py")
+
+
+def _synthesize(app: App | None) -> None:
+    from aws_cdk import App
+
+    from stacks import validation_report
+    from stacks.config import DEFAULT_CONFIG, load_config
+
+    # The CLI tells the app not to fail on its validation report, then does not read it: the app reads it itself.
+    app = app or App(post_cli_context={validation_report.FAIL_SYNTH_CONTEXT: False})
     config_path = app.node.try_get_context("config") or DEFAULT_CONFIG
-    try:
-        overlays = tuple(p for p in (app.node.try_get_context("overlay") or "").split(",") if p)
-        config = load_config(config_path, only_stage=app.node.try_get_context("stage"), overlays=overlays)
-    except ConfigError as err:
-        sys.exit(str(err))
+    overlays = tuple(p for p in (app.node.try_get_context("overlay") or "").split(",") if p)
+    config = load_config(config_path, only_stage=app.node.try_get_context("stage"), overlays=overlays)
     release = app.node.try_get_context("release") or ""
-    build_app(app, config, config_path=relative_to_repo(config_path), release=release).synth()
+    build_app(app, config, config_path=relative_to_repo(config_path), release=release)
+    validation_report.synthesize(app)
 
 
 def relative_to_repo(path: str | Path) -> str:

@@ -1,4 +1,4 @@
-"""app.py end to end: deterministic, offline synthesis; config errors stop it with a readable message."""
+"""app.py end to end: deterministic, offline synthesis; any failure stops it with one readable message, exit 2."""
 
 from __future__ import annotations
 
@@ -6,7 +6,10 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
+
+import pytest
 
 from stacks.config import load_config
 from stacks.plan import render as render_plan
@@ -45,14 +48,145 @@ def test_synthesis_is_byte_identical_across_processes_and_needs_no_network(assem
     assert mismatched == []
 
 
+@pytest.mark.bad_input("config")
 def test_invalid_config_stops_synthesis_with_the_field_named(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("stages:\n  dev:\n    region: mars-north-1\n")
     result = run_app(tmp_path / "out", config=str(bad))
-    assert result.returncode != 0
-    assert f"{bad}: invalid configuration" in result.stderr
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"{bad}: invalid configuration")
     assert "stages.dev.region: not an AWS region" in result.stderr
+    assert "Traceback" not in result.stderr
     assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+# --- any failure: one message, exit status 2; DEBUG=1 shows the traceback ---------------------------------------
+
+ONE_STAGE = "stages:\n  dev: {region: us-east-1, removal_policy: destroy}\n"
+
+# app.py's main() with one part replaced: the way a broken install, or a bug deep inside a construct, shows. Where
+# the app is built, the config is not read (validating it imports the SageMaker SDK, seconds per process): these
+# tests are about what happens after.
+BROKEN_IMPORT = """
+sys.modules["stacks.config"] = None  # `import stacks.config` now raises ImportError
+"""
+CONSTRUCT_RAISES = """
+import aws_cdk as cdk
+import stacks.config
+stacks.config.load_config = lambda *args, **kwargs: None
+
+def bucket_name(prefix):
+    raise ValueError("bucket name too long: " + prefix * 10_000)
+
+def build(app, config, **kwargs):
+    cdk.Stack(cdk.Stage(app, "dev"), "Tiny").node.add_metadata("name", bucket_name("x"))
+
+app_py.build_app = build
+"""
+# One resource CloudFormation refuses (51 tags), which only the CDK's template validation sees.
+TOO_MANY_TAGS = """
+import aws_cdk as cdk
+from aws_cdk import aws_cloudwatch as cloudwatch
+import stacks.config
+stacks.config.load_config = lambda *args, **kwargs: None
+
+def build(app, config, **kwargs):
+    tags = [cdk.CfnTag(key=f"k{i}", value="v") for i in range(51)]
+    cloudwatch.CfnDashboard(cdk.Stack(cdk.Stage(app, "dev"), "Tiny"), "Board", dashboard_body="{}", tags=tags)
+
+app_py.build_app = build
+"""
+
+
+def patched_app(tmp_path: Path, patch: str) -> Path:
+    """A script that runs app.py's main() as `python app.py` does (the repository first on the path), `patch` first."""
+    script = tmp_path / "patched_app.py"
+    script.write_text(
+        f"import sys\nsys.path.insert(0, {str(REPO)!r})\nimport app as app_py\n{textwrap.dedent(patch)}\n"
+        "app_py.main()\n"
+    )
+    return script
+
+
+def app_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The Makefile's quiet, offline environment, with the CDK's template validation on (as the CLI runs it)."""
+    return {
+        **{k: v for k, v in os.environ.items() if k not in ("CDK_VALIDATION", "DEBUG")},
+        "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
+        "CDK_DISABLE_CLI_TELEMETRY": "true",
+        "CDK_DISABLE_VERSION_CHECK": "1",
+        "CDK_HOME": str(tmp_path / ".cdk-home"),
+        "SAGEMAKER_SUPPRESS_V2_WARNING": "1",
+        **extra,
+    }
+
+
+def run_patched(tmp_path: Path, patch: str, **extra: str) -> subprocess.CompletedProcess:
+    env = {
+        **app_env(tmp_path, **extra),
+        "CDK_CONTEXT_JSON": json.dumps(cdk_context()),
+        "CDK_OUTDIR": str(tmp_path / "out"),
+    }
+    script = patched_app(tmp_path, patch)
+    return subprocess.run([sys.executable, str(script)], cwd=REPO, env=env, capture_output=True, text=True, check=False)
+
+
+def cdk_synth(tmp_path: Path, patch: str) -> subprocess.CompletedProcess:
+    """`cdk synth` through the pinned CLI, as `make synth` runs it, of app.py with `patch` applied."""
+    command = [
+        str(REPO / "node_modules" / ".bin" / "cdk"), "synth", "--quiet",
+        "-a", f"{sys.executable} {patched_app(tmp_path, patch)}", "-o", str(tmp_path / "out"),
+    ]  # fmt: skip
+    return subprocess.run(command, cwd=REPO, env=app_env(tmp_path), capture_output=True, text=True, check=False)
+
+
+def test_any_failure_is_one_line_and_exit_status_2(tmp_path):
+    result = run_patched(tmp_path, BROKEN_IMPORT)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("app.py: ModuleNotFoundError: import of stacks.config halted"), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "DEBUG=1" in result.stderr
+
+    debug = run_patched(tmp_path, BROKEN_IMPORT, DEBUG="1")
+    assert debug.returncode == 2
+    assert "Traceback (most recent call last)" in debug.stderr
+    assert debug.stderr.strip().splitlines()[-1] == result.stderr.strip()
+
+
+def test_cdk_synth_prints_the_line_and_fails(tmp_path):
+    result = cdk_synth(tmp_path, CONSTRUCT_RAISES)
+    assert result.returncode != 0
+    ours, cli = result.stderr.strip().splitlines()  # our line, then the CLI's "...: Subprocess exited with error 2"
+    assert ours.startswith("app.py: ValueError: bucket name too long: xxx") and len(ours) < 300, ours
+    assert cli.endswith("Subprocess exited with error 2")
+
+
+def test_an_error_in_the_cdk_validation_report_fails_cdk_synth(tmp_path):
+    # The CLI asks the app not to fail on its validation report (@aws-cdk/core:failSynthOnValidationErrors false)
+    # and then does not fail `cdk synth` on it either: app.py reads the report it wrote.
+    result = cdk_synth(tmp_path, TOO_MANY_TAGS)
+    assert result.returncode != 0, result.stderr
+    report = tmp_path / "out" / "validation-report.json"
+    assert result.stderr.startswith(
+        f"{report}: the CDK's validation of the synthesized templates found 1 error:\n"
+        "  - F3032 Tags: expected maximum item count: 50, found: 51 (CloudFormation Validate): dev/Tiny/Board\n"
+    ), result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_the_plan_fails_with_one_line_and_exit_status_2(tmp_path):
+    config, assembly = tmp_path / "one.yaml", tmp_path / "assembly"
+    config.write_text(ONE_STAGE)
+    plan = [sys.executable, "-m", "stacks.plan", "--config", str(config), "--assembly", str(assembly)]
+    result = subprocess.run(plan, cwd=REPO, env=app_env(tmp_path), capture_output=True, text=True, check=False)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr == f"{assembly}: no cloud assembly here; run `make synth` first\n"
+    assembly.mkdir()
+    (assembly / "manifest.json").write_text("{}")
+    config.write_text(ONE_STAGE + ONE_STAGE)
+    result = subprocess.run(plan, cwd=REPO, env=app_env(tmp_path), capture_output=True, text=True, check=False)
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"{config}: invalid configuration") and "stages: duplicate key" in result.stderr
 
 
 def test_one_stage_can_be_synthesized_alone(tmp_path):
@@ -65,14 +199,16 @@ def test_one_stage_can_be_synthesized_alone(tmp_path):
     assert sorted(p.name for p in (tmp_path / "out").glob("assembly-*")) == ["assembly-staging"]
 
 
-def test_china_region_gets_its_partition_and_registry(tmp_path):
-    config = tmp_path / "cn.yaml"
-    config.write_text("stages:\n  dev:\n    region: cn-north-1\n    removal_policy: destroy\n")
-    cn = synthesize(config, tmp_path / "out")
-    assert cn.error is None, cn.findings()
-    policies = json.dumps(cn.resources("dev", "Storage", "AWS::IAM::Policy"))
-    assert "arn:aws-cn:ecr:cn-north-1:727897471807:repository/pytorch-training" in policies
-    assert "arn:aws-cn:ecr:cn-north-1:727897471807:repository/djl-inference" in policies
+def test_govcloud_region_gets_its_partition_and_registry(tmp_path):
+    # China regions are refused at synth (CloudFormation there has no AWS::SageMaker::ModelPackageGroup:
+    # tests/stacks/test_region_support.py); GovCloud (US-West) has every image and resource type a stage uses.
+    config = tmp_path / "gov.yaml"
+    config.write_text("stages:\n  dev:\n    region: us-gov-west-1\n    removal_policy: destroy\n")
+    gov = synthesize(config, tmp_path / "out")
+    assert gov.error is None, gov.findings()
+    policies = json.dumps(gov.resources("dev", "Storage", "AWS::IAM::Policy"))
+    assert "arn:aws-us-gov:ecr:us-gov-west-1:442386744353:repository/pytorch-training" in policies
+    assert "arn:aws-us-gov:ecr:us-gov-west-1:442386744353:repository/djl-inference" in policies
     assert "arn:aws:" not in policies
 
 

@@ -3,21 +3,59 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import re
+import types
+import typing
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationInfo, field_validator
 
 from stacks.catalog.instances import INSTANCE_TYPES
 from stacks.catalog.models import MODELS
+from stacks.failures import Refused
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIG = REPO_ROOT / "config" / "default.yaml"
 
 
-class ConfigError(ValueError):
-    """An invalid configuration file, with one line per problem."""
+class ConfigError(ValueError, Refused):
+    """An invalid configuration file, with one line per problem (printed as it is, see stacks/failures.py)."""
+
+
+EXCERPT_CHARACTERS = 60
+
+
+def shown(value: Any, limit: int = EXCERPT_CHARACTERS) -> str:
+    """`value` as a message quotes it: its repr, cut to about `limit` characters. Every message about the config
+    quotes through this, so none echoes a whole input (a 5 MB alias expansion, a pasted file)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    size = f"{len(value)} characters" if isinstance(value, str) else f"{len(text)} characters written out"
+    return f"{text[: limit - 20]}... ({size})"
+
+
+def cut(text: str, limit: int = EXCERPT_CHARACTERS) -> str:
+    """Prose from elsewhere (a YAML parser's complaint, an exception's message), cut to `limit` characters."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def field_path(parts: list[Any]) -> str:
+    """`stages.dev.serving.model`, each part cut short (a key may be any length), or `(top level)`."""
+    return ".".join(cut(str(part), 40) for part in parts) or "(top level)"
+
+
+MAX_PROBLEMS = 20
+
+
+def invalid(source: str, problems: list[str]) -> ConfigError:
+    """One error for everything wrong with `source`, the first MAX_PROBLEMS listed."""
+    listed = [f"  - {problem}" for problem in problems[:MAX_PROBLEMS]]
+    if len(problems) > MAX_PROBLEMS:
+        listed.append(f"  ... and {len(problems) - MAX_PROBLEMS} more problems")
+    return ConfigError(f"{source}: invalid configuration:\n" + "\n".join(listed))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -94,7 +132,31 @@ Tags = dict[Annotated[str, AfterValidator(_check_tag_key)], Annotated[str, After
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+    """The base of every config model: unknown keys are errors, values are frozen, numbers are finite.
+
+    The file's values are validated in pydantic's strict mode (load_config): a YAML true is no number, 8 is no
+    text, "8" no number and 2.0 no whole number. Strict mode still lets a Literal of numbers take true for 1 and
+    1.0 for 1; `_exact_literal` closes that for every model here."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _exact_literal(cls, value: Any, info: ValidationInfo) -> Any:
+        equal = [c for c in _literal_choices(cls, info.field_name) if c == value]
+        if equal and not any(type(c) is type(value) for c in equal):
+            choices = _literal_choices(cls, info.field_name)
+            raise ValueError(f"expected exactly one of {', '.join(map(repr, choices))}")
+        return value
+
+
+@functools.cache
+def _literal_choices(model: type[BaseModel], name: str) -> tuple[Any, ...]:
+    """The choices of a field typed `Literal[...]` (or `Literal[...] | None`), else ()."""
+    annotation = model.model_fields[name].annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        annotation = next((a for a in typing.get_args(annotation) if typing.get_origin(a) is Literal), None)
+    return typing.get_args(annotation) if typing.get_origin(annotation) is Literal else ()
 
 
 def _check_model(value: str) -> str:

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
 from stacks.config.fields import AccountId, ProjectName, Region, StageName, Tags, _Strict
 from stacks.config.serving import ServingConfig
 from stacks.config.training import TrainingConfig
+
+# User tags per resource: at most 50 ("Maximum number of tags per resource - 50" in each service's tagging docs;
+# `maxItems: 50` on Tags in the CloudFormation schemas of the resources here, which the CDK's template validation
+# checks as rule F3032 after synth; tags starting with aws: do not count).
+MAX_TAGS = 50
 
 
 class SourceConfig(_Strict):
@@ -44,11 +49,16 @@ class PipelineConfig(_Strict):
     account: AccountId = Field(description="the tooling account the pipeline runs in")
     region: Region
     source: SourceConfig
+    # The defaults follow the file's own stages (PlatformConfig fills them in): with dev, staging and prod, a person
+    # approves prod and staging is smoke-tested; with dev and prod, prod and dev.
     approval_before: tuple[StageName, ...] = Field(
-        default=("prod",), description="stages a person approves before they are deployed"
+        default=(),
+        description="stages a person approves before they are deployed; default: the last stage",
     )
     smoke_test_after: tuple[StageName, ...] = Field(
-        default=("staging",), description="stages whose endpoint is invoked, and pipeline checked, after deploying"
+        default=(),
+        description="stages whose endpoint is invoked, and pipeline checked, after deploying; default: the stage "
+        "before the last, when there are two or more",
     )
     trigger_on_model_approval: bool = Field(
         default=True, description="start the pipeline when a model package of a stage in its account is approved"
@@ -85,10 +95,36 @@ class PlatformConfig(_Strict):
     stages: dict[StageName, StageConfig] = Field(description="environments, in promotion order")
     pipeline: PipelineConfig | None = Field(default=None, description="the promotion pipeline; absent: none")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _pipeline_gates_follow_the_stages(cls, data: Any) -> Any:
+        """approval_before and smoke_test_after, when the file leaves them out: the last stage, and the one before."""
+        if not isinstance(data, dict) or not isinstance(data.get("stages"), dict) or not data["stages"]:
+            return data
+        names = tuple(data["stages"])
+        defaults = {"approval_before": names[-1:], "smoke_test_after": names[-2:-1]}
+        pipeline = data.get("pipeline")
+        if isinstance(pipeline, dict):
+            pipeline = {**defaults, **pipeline}
+        elif isinstance(pipeline, PipelineConfig):
+            unset = {name: value for name, value in defaults.items() if name not in pipeline.model_fields_set}
+            pipeline = pipeline.model_copy(update=unset)
+        return {**data, "pipeline": pipeline} if "pipeline" in data else data
+
     @model_validator(mode="after")
     def _check_stages(self) -> PlatformConfig:
         if not self.stages:
             raise ValueError("stages: at least one stage is required")
+        for name, stage in self.stages.items():
+            tags = self.stage_tags(name)
+            if len(tags) > MAX_TAGS:
+                field = f"stages.{name}.tags" if stage.tags else "tags"
+                raise ValueError(
+                    f"{field}: stage {name} would put {len(tags)} tags on every resource (project and stage, "
+                    f"{len(self.tags)} from tags, {len(stage.tags)} from stages.{name}.tags, a later key replacing an "
+                    f"earlier one); CloudFormation and AWS resources take at most {MAX_TAGS}: remove "
+                    f"{len(tags) - MAX_TAGS}"
+                )
         if self.stages.get("prod") and self.stages["prod"].removal_policy != "retain":
             raise ValueError(
                 "stages.prod.removal_policy: 'destroy' would delete production data and keys with the stack; "
