@@ -224,7 +224,7 @@ def suggest_host_serving(
         if gpu.fits and host.fits:
             return (
                 f"serve its pre-sharded DeepSpeed checkpoint {checkpoint.hf_id} instead (weights: {{checkpoint: "
-                f"{checkpoint.name}}}, tensor_parallel_degree {tp}): {host.describe()}"
+                f"{checkpoint.name}, allow_pickle: true}}, tensor_parallel_degree {tp}): {host.describe()}"
             )
     cheapest = _cheapest_fitting(model, dtype, batch_size=batch_size, tokens=tokens, loading_engine=engine)
     if cheapest:
@@ -279,7 +279,8 @@ def suggest_serving(model: Model, dtype: str, instance: InstanceType, *, batch_s
         if fit.fits:
             return (
                 f"dtype int8 from its pre-sharded checkpoint {checkpoint.hf_id} (weights: {{checkpoint: "
-                f"{checkpoint.name}}}) with tensor_parallel_degree {tp} fits on {instance.name}: {fit.describe()}"
+                f"{checkpoint.name}, allow_pickle: true}}) with tensor_parallel_degree {tp} fits on {instance.name}: "
+                f"{fit.describe()}"
             )
     cheapest = _cheapest_fitting(model, dtype, batch_size=batch_size, tokens=tokens)
     if cheapest:

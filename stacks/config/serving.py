@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, StringConstraints, model_validator
+from pydantic import AfterValidator, Field, StringConstraints, model_validator
 
-from stacks import sizing
+from stacks import api_limits, sizing
 from stacks.catalog.instances import INSTANCE_TYPES
-from stacks.catalog.models import MODELS, DeepSpeedCheckpoint, StagedWeights
+from stacks.catalog.models import FOLLOWED_BRANCH, MODELS, DeepSpeedCheckpoint, StagedWeights, check_commit
 from stacks.config.fields import InstanceTypeName, ModelName, _Strict
 
 S3Prefix = Annotated[str, StringConstraints(pattern=r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]/(.+/)?$")]
-TimeoutSeconds = Annotated[int, Field(ge=60, le=3600)]
+# SageMaker's limits on these (and every other value that reaches an API) are checked by stacks/api_limits.py.
+TimeoutSeconds = int
 
 
 class WeightsConfig(_Strict):
@@ -44,6 +45,18 @@ class WeightsConfig(_Strict):
         "deepspeed-int8-tp8 of bloom-176b): with source 'pretrained' its staged copy "
         "(pretrained/<model>-<checkpoint>/); with source 's3', what s3_uri holds. Each rank then loads only its shards",
     )
+    revision: Annotated[str, AfterValidator(check_commit)] | None = Field(
+        default=None,
+        description="with source 'pretrained': the commit (40 hex digits) of the repository to stage and serve. "
+        "Default: the catalog's (BLOOM's int8 checkpoint), else whatever commit main had when the staging pipeline "
+        f"last ran, read from its record ({FOLLOWED_BRANCH}.json) when the stack deploys",
+    )
+    allow_pickle: bool = Field(
+        default=False,
+        description="accept PyTorch pickle weights (pytorch_model*.bin, a DeepSpeed checkpoint's .pt shards), which "
+        "run code when loaded: staged only when the repository has no safetensors, under pretrained/<model>-pickle/. "
+        "Required with a checkpoint: DeepSpeed's pre-sharded checkpoints are pickles",
+    )
 
     @model_validator(mode="after")
     def _one_location(self) -> WeightsConfig:
@@ -51,6 +64,23 @@ class WeightsConfig(_Strict):
             raise ValueError(
                 f"checkpoint is only used with source 'pretrained' or 's3'; source {self.source!r} serves the "
                 "Hugging Face folder the fine-tuning pipeline registered"
+            )
+        if self.revision is not None and self.source != "pretrained":
+            raise ValueError(
+                f"revision is only used with source 'pretrained' (the commit the staging pipeline copies); source "
+                f"{self.source!r} serves weights the platform does not stage"
+            )
+        if self.allow_pickle and self.source != "pretrained" and self.checkpoint is None:
+            raise ValueError(
+                f"allow_pickle is only used with source 'pretrained' or a checkpoint; with source {self.source!r} the "
+                "platform stages nothing it could refuse"
+            )
+        if self.checkpoint is not None and not self.allow_pickle:
+            # Every pre-sharded checkpoint of the catalog is torch.save shards (DeepSpeedCheckpoint.pickled); the
+            # endpoint unpickles them as they are, so accepting that is the config's explicit choice.
+            raise ValueError(
+                f"checkpoint {self.checkpoint}: DeepSpeed's pre-sharded checkpoints are PyTorch pickles (.pt shards), "
+                "which run code when they are loaded; set allow_pickle: true to accept them from this repository"
             )
         owners = {"s3_uri": "s3", "model_package_arn": "model_package", "model_package_group": "latest_approved"}
         if self.source == "s3" and self.s3_uri is None:
@@ -97,9 +127,11 @@ class DeploymentConfig(_Strict):
     """How an endpoint update shifts traffic to the new fleet (blue/green), with automatic rollback on the alarms."""
 
     traffic: Literal["all_at_once", "canary", "linear"] = "all_at_once"
-    step_percent: int = Field(default=25, ge=1, le=50, description="canary size or linear step, % of capacity")
-    wait_seconds: int = Field(default=600, ge=0, le=3600, description="baking time between steps")
-    termination_wait_seconds: int = Field(default=600, ge=0, le=3600, description="old fleet kept after the switch")
+    step_percent: int = Field(
+        default=25, ge=1, description="canary size (at most 50) or linear step (10-50), % of capacity"
+    )
+    wait_seconds: int = Field(default=600, description="baking time between steps (at most 3600)")
+    termination_wait_seconds: int = Field(default=600, description="old fleet kept after the switch (at most 3600)")
 
 
 class ServingConfig(_Strict):
@@ -127,10 +159,17 @@ class ServingConfig(_Strict):
         default=600, description="download of model.tar.gz (the code; the weights download at start-up)"
     )
     volume_size_gib: int | None = Field(
-        default=None, ge=1, le=512, description="EBS volume; only on instance types without local NVMe storage"
+        default=None, description="EBS volume (1-512 GiB); only on instance types without local NVMe storage"
     )
     data_capture_percent: int | None = Field(
-        default=None, ge=1, le=100, description="capture this % of requests and responses to the data bucket"
+        default=None, ge=1, description="capture this % of requests and responses to the data bucket"
+    )
+    data_capture_expiry_days: int = Field(
+        default=30,
+        ge=1,
+        le=365,
+        description="days captured requests and responses are kept under capture/ before S3 deletes them (at most a "
+        "year, like the access logs: they are people's prompts)",
     )
     routing: Literal["least_outstanding_requests", "random"] = "least_outstanding_requests"
     autoscaling: AutoscalingConfig = Field(default_factory=AutoscalingConfig)
@@ -154,7 +193,12 @@ class ServingConfig(_Strict):
     @property
     def staged_weights(self) -> StagedWeights | None:
         """What the stage's staging pipeline copies for the endpoint: only with weights source 'pretrained'."""
-        return self.catalog_model.staged(self.weights.checkpoint) if self.weights.source == "pretrained" else None
+        weights = self.weights
+        if weights.source != "pretrained":
+            return None
+        return self.catalog_model.staged(
+            weights.checkpoint, revision=weights.revision, allow_pickle=weights.allow_pickle
+        )
 
     def fit(self) -> sizing.ServingFit:
         model = self.catalog_model
@@ -279,3 +323,12 @@ class ServingConfig(_Strict):
                 f"re-split its stored shards at load, which the checkpoint was not made for; use "
                 f"tensor_parallel_degree {checkpoint.tensor_parallel_degree}, or drop checkpoint"
             )
+
+    @model_validator(mode="after")
+    def _check_api_limits(self) -> ServingConfig:
+        """What SageMaker's APIs would refuse when the stack deploys (stacks/api_limit_rules.py); last, as the values
+        sent are derived from a config the checks above found consistent."""
+        problems = api_limits.check("serving", self)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, StringConstraints, model_validator
+from pydantic import AfterValidator, Field, StringConstraints, model_validator
 
-from stacks import sizing
+from stacks import api_limits, sizing
+from stacks.catalog import images
 from stacks.catalog.instances import INSTANCE_TYPES
-from stacks.catalog.models import MODELS
+from stacks.catalog.models import FOLLOWED_BRANCH, MODELS, StagedWeights, check_commit
 from stacks.config.fields import InstanceTypeName, ModelName, _Strict
 
-ProcessingInstanceType = Annotated[
-    str,
-    StringConstraints(pattern=r"^ml\.[a-z0-9]+\.[0-9]*x?large$"),
-]
+# Any instance type CreateProcessingJob offers (its list, and the SDK's image for it, are checked below).
+ProcessingInstanceType = Annotated[str, StringConstraints(pattern=r"^ml\.")]
 
 
 class SmpConfig(_Strict):
@@ -46,7 +45,9 @@ class SmpConfig(_Strict):
 
 class SpotConfig(_Strict):
     enabled: bool = Field(default=False, description="managed spot training; resumes from checkpoints")
-    max_wait_hours: int = Field(default=48, ge=1, le=672, description="run time plus time waiting for capacity")
+    max_wait_hours: int = Field(
+        default=48, ge=1, description="run time plus time waiting for capacity: at least max_runtime_hours"
+    )
 
 
 class VpcConfig(_Strict):
@@ -56,10 +57,28 @@ class VpcConfig(_Strict):
     )
 
 
+class PretrainedConfig(_Strict):
+    """Which commit of the model's Hugging Face repository fine-tuning starts from, and in which weights format."""
+
+    revision: Annotated[str, AfterValidator(check_commit)] | None = Field(
+        default=None,
+        description="the commit (40 hex digits) to stage and fine-tune; default: whatever commit "
+        f"{FOLLOWED_BRANCH} had when the staging pipeline last ran, read from its record by each pipeline run",
+    )
+    allow_pickle: bool = Field(
+        default=False,
+        description="accept PyTorch pickle weights (pytorch_model*.bin), which run code when loaded, when the "
+        "repository has no safetensors (staged under pretrained/<model>-pickle/)",
+    )
+
+
 class TrainingConfig(_Strict):
     """The stage's fine-tuning pipeline: model, instances, SMP layout, and the defaults of each run's parameters."""
 
     model: ModelName = Field(default="gpt-j-6b", description="the model to fine-tune (staged in S3 first)")
+    pretrained: PretrainedConfig = Field(
+        default_factory=PretrainedConfig, description="the commit and weights format of the model to fine-tune"
+    )
     # Fixed per stage, not run parameters: processes per host, the EFA options, the volume key, the layout checks and
     # the memory estimates all follow from them at synth.
     instance_type: InstanceTypeName = Field(default="ml.p4d.24xlarge", description="training instances (per stage)")
@@ -83,8 +102,10 @@ class TrainingConfig(_Strict):
     num_kept_checkpoints: int = Field(default=3, ge=1)
     seed: int = 12345
     sequence_length: int = Field(default=1024, ge=8, description="tokens per training block (prepare step)")
-    volume_size_gib: int = Field(default=500, ge=1, le=16384)
-    max_runtime_hours: int = Field(default=24, ge=1, le=672, description="SageMaker stops the job after this")
+    volume_size_gib: int = Field(default=500, ge=1)
+    max_runtime_hours: int = Field(
+        default=24, ge=1, description="SageMaker stops the job after this (and the processing jobs: at most 216)"
+    )
     spot: SpotConfig = Field(default_factory=SpotConfig)
     vpc: VpcConfig | None = Field(default=None, description="run the jobs in these subnets")
     processing_instance_type: ProcessingInstanceType = Field(default="ml.m5.2xlarge", description="prepare step")
@@ -97,6 +118,11 @@ class TrainingConfig(_Strict):
     @property
     def catalog_model(self):
         return MODELS[self.model]
+
+    @property
+    def staged_weights(self) -> StagedWeights:
+        """What the staging pipeline copies for fine-tuning, and where the pipeline's `model` channel reads it."""
+        return self.catalog_model.staged(revision=self.pretrained.revision, allow_pickle=self.pretrained.allow_pickle)
 
     @property
     def processes(self) -> int:
@@ -131,6 +157,56 @@ class TrainingConfig(_Strict):
             activation_checkpointing=self.activation_checkpointing,
         )
 
+    def _check_tensor_parallel_split(self) -> None:
+        """How the model's layers split over the tensor-parallel ranks, as SMP needs it."""
+        smp, model = self.smp, self.catalog_model
+        tp = smp.tensor_parallel_degree
+        if tp == 1:
+            return
+        if model.attention_heads % tp or model.hidden_size % tp:
+            # SMP's tensor-parallelism reference: a module whose dimensions the degree does not divide is not
+            # distributed ("tensor parallelism will not be enabled for this module"): each GPU holds it whole.
+            options = [
+                d
+                for d in range(1, model.attention_heads + 1)
+                if model.attention_heads % d == 0 and self.world_size % (d * smp.pipeline_parallel_degree) == 0
+            ]
+            raise ValueError(
+                f"smp.tensor_parallel_degree {tp} divides neither the {model.attention_heads} attention heads nor the "
+                f"hidden size {model.hidden_size} of {self.model}: SMP does not distribute layers the degree does not "
+                f"divide (smd_model_parallel_pytorch_tensor_parallel.rst), so every GPU would hold them whole; use "
+                f"one of {options}"
+            )
+        if smp.version == 1 and smp.prescaled_batch and (self.sequence_length % tp or self.sequence_length <= tp):
+            # SMP v1's DistributedTransformerLMHead shards each sequence over the tensor-parallel ranks with
+            # prescaled_batch and raises InvalidSeqLenPrescaledBatchError when it cannot (smdistributed/modelparallel/
+            # torch/nn/utils.py shard_sequence, SMP 1.12.1).
+            raise ValueError(
+                f"sequence_length {self.sequence_length} is not a multiple of smp.tensor_parallel_degree {tp} (and "
+                f"above it): with smp.prescaled_batch SMP v1 splits every sequence over the tensor-parallel ranks and "
+                f"stops the job at its first step (InvalidSeqLenPrescaledBatchError); use a multiple of {tp}, e.g. "
+                f"{self.sequence_length - self.sequence_length % tp}"
+            )
+
+    @model_validator(mode="after")
+    def _check_api_limits(self) -> TrainingConfig:
+        """What SageMaker's APIs and train.py's start-up would refuse (stacks/api_limit_rules.py), and the
+        processing instance types the SDK has no image for."""
+        problems = api_limits.check("training", self)
+        for field in ("processing_instance_type", "evaluate_instance_type"):
+            if any(problem.startswith(f"{field}:") for problem in problems):
+                continue
+            value = getattr(self, field)
+            reason = images.processing_instance_problem(value)
+            if reason:
+                problems.append(
+                    f"{field}: the SageMaker SDK has no PyTorch {images.SMP_V1_PYTORCH_VERSION} image for {value}, "
+                    f"which the step runs in ({reason}); use another instance type"
+                )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
     @model_validator(mode="after")
     def _check_layout(self) -> TrainingConfig:
         instance, smp = self.catalog_instance, self.smp
@@ -152,6 +228,7 @@ class TrainingConfig(_Strict):
             )
         if smp.tensor_parallel_degree > 1 and not smp.ddp:
             raise ValueError("smp.tensor_parallel_degree > 1 needs smp.ddp: true (SMP's requirement)")
+        self._check_tensor_parallel_split()
         if self.train_batch_size % smp.microbatches:
             raise ValueError(
                 f"train_batch_size {self.train_batch_size} is not divisible by smp.microbatches {smp.microbatches}"

@@ -77,3 +77,25 @@ def test_every_instance_type_states_its_host_memory():
     for entry in INSTANCE_TYPES.values():
         # Every size of these families has 4, 8 or 16 GiB per vCPU; at least 16 GiB on the smallest.
         assert entry.host_memory_gib >= 16 and entry.host_memory_gib % 16 in (0, 8), entry.name
+
+
+def test_the_catalog_types_sagemaker_does_not_offer_for_a_use_are_known():
+    """The API-limit rules refuse these at synth (stacks/api_limit_rules.py); the list moves only with botocore."""
+    from stacks.catalog import aws_limits
+
+    def offered(member: str) -> set[str]:
+        constraint = aws_limits.constraint(member)
+        return set(constraint.enum or constraint.member.enum)
+
+    catalog = set(INSTANCE_TYPES)
+    assert catalog - offered("sagemaker:CreateTrainingJob:ResourceConfig.InstanceType") == set()
+    assert catalog - offered("sagemaker:CreateEndpointConfig:ProductionVariants.InstanceType") == {"ml.p3dn.24xlarge"}
+    assert catalog - offered(
+        "sagemaker:CreateModelPackage:InferenceSpecification.SupportedRealtimeInferenceInstanceTypes"
+    ) == {"ml.p3dn.24xlarge"}
+    assert catalog - offered("sagemaker:CreateProcessingJob:ProcessingResources.ClusterConfig.InstanceType") == {
+        "ml.p3dn.24xlarge",
+        "ml.p4d.24xlarge",
+        "ml.p4de.24xlarge",
+        "ml.p5.48xlarge",
+    }

@@ -13,8 +13,9 @@ def serving(**fields) -> ServingConfig:
     return ServingConfig.model_validate(fields)
 
 
-INT8_CHECKPOINT = {"checkpoint": "deepspeed-int8-tp8"}
-FP16_CHECKPOINT = {"checkpoint": "deepspeed-fp16-tp8"}
+# DeepSpeed's pre-sharded checkpoints are pickles: serving one is the config's explicit choice.
+INT8_CHECKPOINT = {"checkpoint": "deepspeed-int8-tp8", "allow_pickle": True}
+FP16_CHECKPOINT = {"checkpoint": "deepspeed-fp16-tp8", "allow_pickle": True}
 BLOOM_INT8_P4D = dict(model="bloom-176b", dtype="int8", tensor_parallel_degree=8, instance_type="ml.p4d.24xlarge")
 
 # The LMI DeepSpeed reference's cases.
@@ -44,7 +45,7 @@ def test_tensor_parallel_below_the_gpu_count_runs_several_copies_per_instance():
 
 REJECTED = [
     ("BLOOM-176B fp16 on p4d", dict(model="bloom-176b", dtype="fp16", tensor_parallel_degree=8, instance_type="ml.p4d.24xlarge"),
-     r"does not fit ml\.p4d\.24xlarge \(8 x A100 40 GB\): needs 52\.7 GiB of 36\.0 GiB usable per GPU \(weights 46\.9 \+ KV cache 3\.8.*dtype int8 from its pre-sharded checkpoint microsoft/bloom-deepspeed-inference-int8 \(weights: \{checkpoint: deepspeed-int8-tp8\}\) with tensor_parallel_degree 8 fits on ml\.p4d\.24xlarge: 32\.6 GiB of 36\.0 GiB usable per GPU \(weights 26\.8"),
+     r"does not fit ml\.p4d\.24xlarge \(8 x A100 40 GB\): needs 52\.7 GiB of 36\.0 GiB usable per GPU \(weights 46\.9 \+ KV cache 3\.8.*dtype int8 from its pre-sharded checkpoint microsoft/bloom-deepspeed-inference-int8 \(weights: \{checkpoint: deepspeed-int8-tp8, allow_pickle: true\}\) with tensor_parallel_degree 8 fits on ml\.p4d\.24xlarge: 32\.6 GiB of 36\.0 GiB usable per GPU \(weights 26\.8"),
     ("int8 from a Hugging Face folder", dict(model="gpt-j-6b", dtype="int8"),
      r"dtype int8 needs a pre-sharded DeepSpeed checkpoint.*gpt-j-6b has no int8 checkpoint in the catalog: use fp16 or bf16"),
     ("BLOOM int8 from its Hugging Face weights", dict(BLOOM_INT8_P4D, weights={"source": "s3", "s3_uri": "s3://shared/bloom/"}),
@@ -59,9 +60,12 @@ REJECTED = [
      r"dtype bf16 needs Ampere or newer GPUs; T4 has none"),
     ("int8 with vLLM", dict(engine="vllm", model="gpt-j-6b", dtype="int8"), r"int8 is DeepSpeed's kernel-injected int8"),
     ("EBS volume on local NVMe", dict(model="gpt-j-6b", volume_size_gib=100), r"ml\.g5\.2xlarge has instance-local NVMe storage"),
-    ("volume too large", dict(model="gpt-j-6b", instance_type="ml.p3.16xlarge", volume_size_gib=600), r"less than or equal to 512"),
-    ("start-up timeout above SageMaker's maximum", dict(startup_timeout_seconds=7200), r"less than or equal to 3600"),
-    ("download timeout below the minimum", dict(download_timeout_seconds=30), r"greater than or equal to 60"),
+    ("volume too large", dict(model="gpt-j-6b", instance_type="ml.p3.16xlarge", tensor_parallel_degree=2, volume_size_gib=600),
+     r"volume_size_gib: 600 is above the maximum 512, the limit of SageMaker CreateEndpointConfig ProductionVariants\.VolumeSizeInGB"),
+    ("start-up timeout above SageMaker's maximum", dict(startup_timeout_seconds=7200),
+     r"startup_timeout_seconds: 7200 is above the maximum 3600, the limit of SageMaker CreateEndpointConfig ProductionVariants\.ContainerStartupHealthCheckTimeoutInSeconds"),
+    ("download timeout below the minimum", dict(download_timeout_seconds=30),
+     r"download_timeout_seconds: 30 is below the minimum 60, the limit of SageMaker CreateEndpointConfig ProductionVariants\.ModelDataDownloadTimeoutInSeconds"),
     ("unknown model", dict(model="gpt-j-7b"), r"not a known model; did you mean gpt-j-6b"),
     ("unknown instance type", dict(instance_type="ml.g5.3xlarge"), r"not a supported GPU instance type"),
     ("min above max instances", dict(autoscaling={"min_instances": 3, "max_instances": 2}), r"min_instances 3 is above max_instances 2"),
@@ -75,7 +79,7 @@ REJECTED = [
     ("BLOOM-176B int8 from the plain checkpoint on p4d", BLOOM_INT8_P4D,
      r"dtype int8 needs a pre-sharded DeepSpeed checkpoint: DeepSpeed quantizes weights only while it loads such shards.*set weights\.checkpoint to one of deepspeed-int8-tp8"),
     ("BLOOM-176B fp16 from the plain checkpoint on p4de", dict(model="bloom-176b", dtype="fp16", tensor_parallel_degree=8, instance_type="ml.p4de.24xlarge"),
-     r"cannot load on ml\.p4de\.24xlarge.*weights: \{checkpoint: deepspeed-fp16-tp8\}"),
+     r"cannot load on ml\.p4de\.24xlarge.*weights: \{checkpoint: deepspeed-fp16-tp8, allow_pickle: true\}"),
     ("BLOOM-176B bf16 from the plain checkpoint on p5: no checkpoint in bf16", dict(model="bloom-176b", dtype="bf16", tensor_parallel_degree=8, instance_type="ml.p5.48xlarge"),
      r"cannot load on ml\.p5\.48xlarge \(2048 GiB of host memory\).*no supported instance type has the host memory for it: use a pre-sharded checkpoint"),
     # A pre-sharded checkpoint is served as it was made.
@@ -171,3 +175,39 @@ def test_every_shipped_config_loads(path):
         assert load_config(REPO / "config/default.yaml", overlays=(path,)).stages
     else:
         assert load_config(path).stages
+
+
+# What SageMaker would refuse when the stack deploys, refused at synth with the field named (issue 14).
+REFUSED_LATER = [
+    ("an instance type endpoints do not offer", dict(instance_type="ml.p3dn.24xlarge"),
+     r"instance_type: 'ml\.p3dn\.24xlarge' is not one of the \d+ values it accepts.*SageMaker CreateEndpointConfig "
+     r"ProductionVariants\.InstanceType"),
+    ("a linear step below 10% of the fleet", dict(deployment={"traffic": "linear", "step_percent": 5}),
+     r"deployment\.step_percent: 5 is outside 10-50% \(SageMaker API reference, TrafficRoutingConfig\.LinearStepSize"),
+    ("a canary above half the fleet", dict(deployment={"traffic": "canary", "step_percent": 60}),
+     r"deployment\.step_percent: 60 is above 50% \(SageMaker API reference, TrafficRoutingConfig\.CanarySize"),
+    ("a wait between steps above an hour", dict(deployment={"wait_seconds": 3601}),
+     r"deployment\.wait_seconds: 3601 is above the maximum 3600.*WaitIntervalInSeconds"),
+    ("a negative termination wait", dict(deployment={"termination_wait_seconds": -1}),
+     r"deployment\.termination_wait_seconds: -1 is below the minimum 0.*TerminationWaitInSeconds"),
+    ("data capture above 100%", dict(data_capture_percent=101),
+     r"data_capture_percent: 101 is above the maximum 100.*DataCaptureConfig\.InitialSamplingPercentage"),
+    ("a weights URI longer than a container environment value", dict(weights={"source": "s3", "s3_uri": "s3://shared/" + "w/" * 600}),
+     r"weights\.s3_uri: .* entry 'WEIGHTS_S3_URI' .* has 1212 characters, more than 1024, the limit of SageMaker "
+     r"CreateModel PrimaryContainer\.Environment"),
+]  # fmt: skip
+
+
+@pytest.mark.bad_input("config")
+@pytest.mark.parametrize(
+    ("fields", "message"), [(r[1], r[2]) for r in REFUSED_LATER], ids=[r[0] for r in REFUSED_LATER]
+)
+def test_refuses_what_sagemaker_would_refuse_when_the_stack_deploys(fields, message):
+    with pytest.raises(ValidationError, match=message):
+        serving(**fields)
+
+
+def test_accepts_the_deployment_limits_themselves():
+    assert serving(deployment={"traffic": "linear", "step_percent": 10, "wait_seconds": 3600})
+    assert serving(deployment={"traffic": "canary", "step_percent": 50, "termination_wait_seconds": 0})
+    assert serving(data_capture_percent=100, download_timeout_seconds=3600, startup_timeout_seconds=60)

@@ -152,3 +152,49 @@ def test_synth_refuses_smp_v1_tensor_parallelism_with_optimize_memory():
         ValidationError, match=r"SMP v1's GPT-J state-dict translation .* supports only optimize=\"speed\""
     ):
         training(smp={"optimize": "memory", "prescaled_batch": False})
+
+
+# What SageMaker or the job would refuse later, refused at synth with the field named (issue 14).
+REFUSED_LATER = [
+    ("spot wait shorter than the run time", dict(max_runtime_hours=24, spot={"enabled": True, "max_wait_hours": 12}),
+     r"spot\.max_wait_hours: 12 h \(43200 s\) is less than max_runtime_hours 24 h \(86400 s\).*MaxWaitTimeInSeconds: "
+     r"\"It must be equal to or greater than MaxRuntimeInSeconds"),
+    ("run time past SageMaker's 28 days", dict(max_runtime_hours=673, spot={"max_wait_hours": 700}),
+     r"max_runtime_hours: 673 h \(2422800 s\) is above 2419200 s \(28 days\)"),
+    ("run time past the processing jobs' 9 days", dict(max_runtime_hours=217),
+     r"max_runtime_hours: 217 h \(781200 s\) is above the maximum 777600, the limit of SageMaker CreateProcessingJob "
+     r"StoppingCondition\.MaxRuntimeInSeconds.*the prepare, evaluate and weights-staging jobs"),
+    ("a sequence longer than the model's context", dict(sequence_length=4096),
+     r"sequence_length: 4096 is above the 2048-token context of gpt-j-6b \(train\.py refuses"),
+    ("tensor parallelism dividing neither the heads nor the hidden size",
+     dict(instance_type="ml.g5.48xlarge", processes_per_host=6, smp={"tensor_parallel_degree": 6}),
+     r"smp\.tensor_parallel_degree 6 divides neither the 16 attention heads nor the hidden size 4096 of gpt-j-6b"),
+    ("a sequence length SMP v1 cannot shard over the tensor-parallel ranks", dict(sequence_length=1020),
+     r"sequence_length 1020 is not a multiple of smp\.tensor_parallel_degree 8.*InvalidSeqLenPrescaledBatchError"),
+    ("a processing instance type that does not exist", dict(processing_instance_type="ml.m5.3xlarge"),
+     r"processing_instance_type: 'ml\.m5\.3xlarge' is not one of the \d+ values it accepts \(did you mean ml\.m5\."
+     r".*SageMaker CreateProcessingJob ProcessingResources\.ClusterConfig\.InstanceType"),
+    ("an evaluation instance type processing jobs do not offer", dict(evaluate_instance_type="ml.p4d.24xlarge"),
+     r"evaluate_instance_type: 'ml\.p4d\.24xlarge' is not one of the \d+ values it accepts"),
+    ("a processing instance type the SDK has no image for", dict(processing_instance_type="ml.p2.xlarge"),
+     r"processing_instance_type: the SageMaker SDK has no PyTorch 1\.13\.1 image for ml\.p2\.xlarge.*P2 instances have "
+     r"been deprecated"),
+    ("a seed torch cannot take", dict(seed=2**60), r"seed: 1152921504606846976 is outside what torch can seed"),
+]  # fmt: skip
+
+
+@pytest.mark.bad_input("config")
+@pytest.mark.parametrize(
+    ("fields", "message"), [(r[1], r[2]) for r in REFUSED_LATER], ids=[r[0] for r in REFUSED_LATER]
+)
+def test_refuses_what_sagemaker_or_train_py_would_refuse_later(fields, message):
+    with pytest.raises(ValidationError, match=message):
+        training(**fields)
+
+
+def test_accepts_the_limits_themselves():
+    assert training(max_runtime_hours=216, spot={"enabled": True, "max_wait_hours": 216})
+    assert training(
+        sequence_length=2048, processing_instance_type="ml.c5.xlarge", evaluate_instance_type="ml.g6.xlarge"
+    )
+    assert training(smp={"tensor_parallel_degree": 4})  # divides GPT-J's 16 heads
