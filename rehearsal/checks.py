@@ -289,14 +289,22 @@ def sagemaker_model(d: Deployment) -> list[Finding]:
     model = d.aws("sagemaker").describe_model(ModelName=arn.rsplit("/", 1)[-1])
     container_template = properties["PrimaryContainer"]
     container = model.get("PrimaryContainer", {})
+    # A variable only a custom resource produces (the staged weights' commit, read at deploy time) is a gap, not a
+    # difference: the handler never ran.
+    environment, unresolved = {}, {}
+    for name, value in container_template.get("Environment", {}).items():
+        try:
+            environment[name] = resolver.resolve(value)
+        except Unresolvable as err:
+            unresolved[name] = err
     expected = {
         "Image": container_template["Image"],
-        "Environment": resolver.resolve(container_template.get("Environment", {})),
+        "Environment": environment,
         "ExecutionRoleArn": resolver.resolve(properties["ExecutionRoleArn"]),
     }
     actual = {
         "Image": container.get("Image"),
-        "Environment": container.get("Environment", {}),
+        "Environment": {k: v for k, v in container.get("Environment", {}).items() if k not in unresolved},
         "ExecutionRoleArn": model.get("ExecutionRoleArn"),
     }
     environment = ", ".join(f"{k}={v}" for k, v in actual["Environment"].items())
@@ -307,6 +315,13 @@ def sagemaker_model(d: Deployment) -> list[Finding]:
             f"image {actual['Image']}; {environment}; role {actual['ExecutionRoleArn'].rsplit('/', 1)[-1]}",
         )
     ]
+    for name, err in unresolved.items():
+        findings.append(
+            Gap(
+                f"the SageMaker model's {name} (PrimaryContainer.Environment of {stack.path_of(logical_id)})",
+                f"{err}, which never ran; the model was created with {container.get('Environment', {}).get(name)!r}",
+            )
+        )
     try:
         model_data = resolver.resolve(container_template.get("ModelDataUrl"))
     except Unresolvable as err:

@@ -54,6 +54,11 @@ def _in_cdk_pipelines(resource: CfnResource) -> bool:
     return resource.node.path.startswith("Pipeline/Pipeline/")
 
 
+def _pipeline_artifacts(resource: CfnResource) -> bool:
+    """The promotion pipeline's artifact bucket (PipelineStack's ArtifactsBucket)."""
+    return resource.node.path == "Pipeline/ArtifactsBucket/Resource"
+
+
 def _nvme_endpoint_config(node: CfnResource) -> bool:
     if not isinstance(node, sagemaker.CfnEndpointConfig):
         return False
@@ -95,12 +100,12 @@ ACKNOWLEDGEMENTS = [
         only_where=_bucket_named("AccessLogs"),
     ),
     Acknowledgement(
-        ("S3BucketLoggingEnabled", "S3BucketVersioningEnabled"),
-        ("CKV_AWS_18", "CKV_AWS_21"),
+        ("S3BucketLoggingEnabled",),
+        ("CKV_AWS_18",),
         "AWS::S3::Bucket",
-        "CDK Pipelines' own artifact bucket: it holds the build artifacts of this pipeline's executions only, "
+        "The promotion pipeline's artifact bucket: it holds the build artifacts of this pipeline's executions only, "
         "encrypted with the pipeline's key; every deployment it makes is recorded by CloudFormation and CloudTrail",
-        only_where=_in_cdk_pipelines,
+        only_where=_pipeline_artifacts,
     ),
     Acknowledgement(
         ("SageMakerEndpointConfigurationKMSKeyConfigured",),

@@ -10,7 +10,7 @@ from __future__ import annotations
 RAW_DATA = "raw/"  # what people upload: text to fine-tune on
 PREPARED_DATA = "prepared/"  # tokenized, packed blocks written by the prepare step
 EVALUATION = "evaluation/"  # evaluation reports of pipeline runs
-DATA_CAPTURE = "capture/"  # endpoint requests and responses, when data capture is on
+DATA_CAPTURE = "capture/"  # endpoint requests and responses, when data capture is on; expire by the config
 
 # models bucket
 PRETRAINED = "pretrained/"  # Hugging Face weights staged once, so no job depends on a hub at run time
@@ -19,3 +19,6 @@ TRAINED = "trained/"  # fine-tuned weights, uncompressed, one prefix per trainin
 
 # artifacts bucket
 CODE = "code/"  # content-addressed code archives (training sourcedir, LMI model.tar.gz)
+
+# every versioned bucket: an overwritten or deleted object's old version stays recoverable this many days
+NONCURRENT_VERSION_DAYS = 30

@@ -12,19 +12,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Duration, Stack, pipelines
+from aws_cdk import Duration, PhysicalName, RemovalPolicy, Stack, pipelines
 from aws_cdk import aws_codebuild as codebuild
 from aws_cdk import aws_codepipeline as codepipeline
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from cdk_nag import NagPackSuppression, NagSuppressions, RegexAppliesTo
 from constructs import Construct
 
 from stacks import compliance
 from stacks.config import PlatformConfig
-from stacks.serving_stack import smoke_test_role_name
+from stacks.constructs import key_policy
+from stacks.constructs.execution_role import event_rule_role
+from stacks.constructs.secure_bucket import secure_bucket
+from stacks.serving_stack import smoke_test_role_name, smoke_test_runner_role_name
 from stacks.stage import PlatformStage
 from stacks.training_stack import model_approval_pattern
 
@@ -67,17 +71,16 @@ class PipelineStack(Stack):
             env={"RELEASE": RELEASE_VARIABLE},
             commands=[f'make synth CONFIG={config_path} RELEASE="$RELEASE"'],
         )
-        cross_account = any(config.stage_account(name) != promotion.account for name in config.stages)
+        self.artifact_key, self.artifact_bucket = self._artifact_store()
         self.pipeline = pipelines.CodePipeline(
             self,
             "Pipeline",
             pipeline_name=self.pipeline_name,
             pipeline_type=codepipeline.PipelineType.V2,
+            artifact_bucket=self.artifact_bucket,
             synth=synth,
             self_mutation=True,
             cli_version=CDK_CLI_VERSION,
-            cross_account_keys=cross_account,
-            enable_key_rotation=cross_account or None,
             code_build_defaults=pipelines.CodeBuildOptions(
                 build_environment=codebuild.BuildEnvironment(build_image=codebuild.LinuxBuildImage.STANDARD_7_0),
                 timeout=Duration.hours(1),
@@ -93,10 +96,47 @@ class PipelineStack(Stack):
             post = [self._smoke_test(config, name, stage)] if name in promotion.smoke_test_after else []
             self.pipeline.add_stage(stage, pre=pre if name in promotion.approval_before else [], post=post)
         self.pipeline.build_pipeline()
+        self._artifact_key_users()
 
         if promotion.trigger_on_model_approval:
             self._trigger_on_model_approval(config)
         self._acknowledge_pipeline_findings()
+
+    def _artifact_store(self) -> tuple[kms.Key, s3.Bucket]:
+        """The pipeline's artifact bucket and key, instead of the ones CDK Pipelines would make: TLS 1.2 or later
+        only (s3:TlsVersion), like the stage buckets; versioned; encrypted with a key the account only administers.
+
+        Always a customer-managed key, one account or several: stages in other accounts read the artifacts with
+        their CDK bootstrap deploy roles, which CDK Pipelines adds to the bucket and key policies by name.
+        """
+        key = key_policy.administered_key(
+            self,
+            "ArtifactsKey",
+            description=f"Encrypts the artifacts of {self.pipeline_name}",
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+        bucket = secure_bucket(
+            self,
+            "ArtifactsBucket",
+            encryption_key=key,
+            access_logs=None,  # acknowledged below (AwsSolutions-S1) and in stacks/compliance.py
+            removal_policy=RemovalPolicy.RETAIN,
+            versioned=True,
+            # Deploy actions in other accounts name the bucket: CDK gives it a physical name when they do.
+            bucket_name=PhysicalName.GENERATE_IF_NEEDED,
+        )
+        return key, bucket
+
+    def _artifact_key_users(self) -> None:
+        """The roles CDK Pipelines made for this pipeline (its own, its actions', its CodeBuild projects') and the
+        smoke-test runners may use the artifact key, as far as the grants CDK Pipelines wrote into their policies
+        allow."""
+        roles = [
+            node.attr_arn
+            for node in self.pipeline.node.find_all()
+            if isinstance(node, iam.CfnRole) and Stack.of(node).node.path == self.node.path
+        ]
+        key_policy.allow_principals(self.artifact_key, "UseKeyPipelineRoles", roles)
 
     def _source(self, promotion) -> pipelines.CodePipelineSource:
         source = promotion.source
@@ -110,7 +150,22 @@ class PipelineStack(Stack):
     def _smoke_test(self, config: PlatformConfig, name: str, stage: PlatformStage) -> pipelines.CodeBuildStep:
         """After deploying `name`: invoke its endpoint and check its training pipeline, from inside its account."""
         account, region = config.stage_account(name), config.stages[name].region
-        role_arn = f"arn:{self.partition}:iam::{account}:role/{smoke_test_role_name(f'{config.project}-{name}')}"
+        endpoint_name = f"{config.project}-{name}"
+        role_arn = f"arn:{self.partition}:iam::{account}:role/{smoke_test_role_name(endpoint_name)}"
+        # Named: the stage's smoke-test role trusts exactly this role (aws:PrincipalArn), in whichever account.
+        runner = iam.Role(
+            self.pipeline,
+            f"SmokeTestRunner-{name}",
+            role_name=smoke_test_runner_role_name(endpoint_name),
+            description=f"Runs the smoke test of {endpoint_name} in {self.pipeline_name}",
+            assumed_by=iam.ServicePrincipal(
+                "codebuild.amazonaws.com",
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": self.account},
+                    "ArnLike": {"aws:SourceArn": self.format_arn(service="codebuild", resource="project/*")},
+                },
+            ),
+        )
         return pipelines.CodeBuildStep(
             f"SmokeTest-{name}",
             env={"STAGE_REGION": region},
@@ -124,6 +179,7 @@ class PipelineStack(Stack):
                 'python3 scripts/smoke_test.py --endpoint-name "$ENDPOINT_NAME" --region "$STAGE_REGION" '
                 '--pipeline-name "$PIPELINE_NAME" --role-arn "$SMOKE_TEST_ROLE_ARN"'
             ],
+            role=runner,
             role_policy_statements=[iam.PolicyStatement(actions=["sts:AssumeRole"], resources=[role_arn])],
         )
 
@@ -131,12 +187,20 @@ class PipelineStack(Stack):
         """Approving a model version in a stage's registry starts a release, so it passes the same gates as code."""
         promotion = config.pipeline
         groups = [f"{config.project}-{name}" for name in config.stages]
+        rule_name = f"{self.pipeline_name}-on-model-approval"
+        start_role = event_rule_role(
+            self,
+            "StartOnModelApprovalRole",
+            rule_name=rule_name,
+            description=f"EventBridge starts {self.pipeline_name} with this role when a model is approved",
+        )
         events.Rule(
             self,
             "StartOnModelApproval",
+            rule_name=rule_name,
             description=f"Start {self.pipeline_name} when a model package of {', '.join(groups)} is approved",
             event_pattern=model_approval_pattern(groups),
-            targets=[targets.CodePipeline(self.pipeline.pipeline)],
+            targets=[targets.CodePipeline(self.pipeline.pipeline, event_role=start_role)],
         )
         # Stages elsewhere forward their approvals to this account's default bus (TrainingStack).
         senders = sorted(
@@ -166,18 +230,17 @@ class PipelineStack(Stack):
         for node in self.pipeline.node.find_all():
             if isinstance(node, iam.CfnPolicy):
                 NagSuppressions.add_resource_suppressions(node, PIPELINE_POLICY_ACKNOWLEDGEMENTS)
-            elif isinstance(node, s3.CfnBucket):
-                NagSuppressions.add_resource_suppressions(
-                    node,
-                    [
-                        NagPackSuppression(
-                            id="AwsSolutions-S1",
-                            reason="The pipeline's artifact bucket holds only build artifacts of this pipeline's "
-                            "executions, encrypted with its key; deployments are recorded by CloudFormation and "
-                            "CloudTrail",
-                        )
-                    ],
+        NagSuppressions.add_resource_suppressions(
+            self.artifact_bucket,
+            [
+                NagPackSuppression(
+                    id="AwsSolutions-S1",
+                    reason="The pipeline's artifact bucket holds only build artifacts of this pipeline's "
+                    "executions, encrypted with its key; deployments are recorded by CloudFormation and "
+                    "CloudTrail",
                 )
+            ],
+        )
 
 
 PIPELINE_POLICY_ACKNOWLEDGEMENTS = [
@@ -193,7 +256,7 @@ PIPELINE_POLICY_ACKNOWLEDGEMENTS = [
             "Action::s3:List*",
             "Action::kms:GenerateDataKey*",
             "Action::kms:ReEncrypt*",
-            RegexAppliesTo(regex=r"/^Resource::<PipelineArtifactsBucket[0-9A-F]{8}\.Arn>\/\*$/"),
+            RegexAppliesTo(regex=r"/^Resource::<ArtifactsBucket[0-9A-F]{8}\.Arn>\/\*$/"),
         ],
     ),
     NagPackSuppression(

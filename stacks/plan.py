@@ -12,9 +12,9 @@ import collections
 import json
 from pathlib import Path
 
+from stacks import failures, layout
 from stacks.config import (
     DEFAULT_CONFIG,
-    ConfigError,
     PlatformConfig,
     ServingConfig,
     StageConfig,
@@ -99,8 +99,22 @@ def describe_serving(serving: ServingConfig) -> list[str]:
         f"    timeouts: start-up health check {serving.startup_timeout} s, code download "
         f"{serving.download_timeout_seconds} s",
         f"    weights: {describe_weights(serving)}",
+        f"    data capture: {describe_capture(serving)}",
         f"    cost: {cost} (reference on-demand price)",
     ]
+
+
+def describe_capture(serving: ServingConfig) -> str:
+    """How much of the traffic is captured, and how long it is kept (captured prompts are people's data)."""
+    kept = (
+        f"deleted after {serving.data_capture_expiry_days} days, their old versions "
+        f"{layout.NONCURRENT_VERSION_DAYS} days later"
+    )
+    if serving.data_capture_percent is None:
+        return f"off; anything under {layout.DATA_CAPTURE} is {kept}"
+    return (
+        f"{serving.data_capture_percent}% of requests and responses to {layout.DATA_CAPTURE} in the data bucket, {kept}"
+    )
 
 
 def describe_training(training: TrainingConfig) -> list[str]:
@@ -137,7 +151,13 @@ def describe_weights(serving: ServingConfig) -> str:
         else "the Hugging Face weights"
     )
     if weights.source == "pretrained":
-        return f"the staged copy of {held} (models bucket, pretrained/{serving.staged_weights.name}/)"
+        staged = serving.staged_weights
+        if staged.pinned:
+            return f"the staged copy of {held} at commit {staged.revision} (models bucket, {staged.read_prefix})"
+        return (
+            f"the staged copy of {held} at the commit main had when last staged (models bucket, "
+            f"{staged.prefix}<commit>/, named by {staged.record_key} when the stack deploys)"
+        )
     if weights.source == "s3":
         return weights.s3_uri + (f", holding {held}" if checkpoint else "")
     if weights.source == "latest_approved":
@@ -196,15 +216,19 @@ def main() -> None:
     parser.add_argument("--stage", default=None, help="only this stage (as with `-c stage=...`)")
     parser.add_argument("--overlay", default="", help="comma-separated overlay files (as with `-c overlay=...`)")
     args = parser.parse_args()
-    try:
-        overlays = tuple(p for p in args.overlay.split(",") if p)
-        config = load_config(args.config, only_stage=args.stage or None, overlays=overlays)
-    except ConfigError as err:
-        raise SystemExit(str(err)) from None
+    # Whatever fails is one message on stderr and exit status 2, as for app.py (DEBUG=1 adds the traceback).
+    failures.exit_on_failure(lambda: _print_plan(args), program="stacks.plan")
+
+
+def _print_plan(args: argparse.Namespace) -> None:
+    if not (args.assembly / "manifest.json").is_file():
+        raise failures.Refused(f"{args.assembly}: no cloud assembly here; run `make synth` first")
+    overlays = tuple(p for p in args.overlay.split(",") if p)
+    config = load_config(args.config, only_stage=args.stage or None, overlays=overlays)
     try:
         print(render(config, args.assembly), end="")
     except AssemblyError as err:
-        raise SystemExit(str(err)) from None
+        raise failures.Refused(str(err)) from None
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Environment, RemovalPolicies, RemovalPolicy, Stage, Tags
+from aws_cdk import DefaultStackSynthesizer, Environment, RemovalPolicies, RemovalPolicy, Stack, Stage, Tags
+from aws_cdk import aws_iam as iam
+from aws_cdk.region_info import RegionInfo
 from constructs import Construct
 
 from stacks import serving_properties
@@ -14,6 +16,30 @@ from stacks.constructs.training_pipeline.definition import PipelineNames
 from stacks.serving_stack import ServingStack
 from stacks.storage_stack import StorageStack
 from stacks.training_stack import TrainingStack
+
+
+def role_path(project: str, stage: str) -> str:
+    """The IAM path of the roles a stage's training and serving stacks create: the stage key trusts this path, as
+    their names are CloudFormation's to choose and are not known when the storage stack deploys."""
+    return f"/{project}/{stage}/"
+
+
+def deploy_synthesizer(region: str) -> DefaultStackSynthesizer:
+    """The CDK bootstrap's roles, with the region's partition written out rather than left as `${AWS::Partition}`.
+
+    CDK Pipelines copies these ARNs into its CloudFormation deploy actions, where the placeholder would become an
+    Fn::Join that cfn-lint's E3703 (an action's RoleArn must be a role ARN) cannot read. Same roles, same qualifier
+    (from context, as the default synthesizer reads it): `cdk deploy` by hand is unchanged.
+    """
+    partition = RegionInfo.get(region).partition
+
+    def literal(template: str) -> str:
+        return template.replace("${AWS::Partition}", partition)
+
+    return DefaultStackSynthesizer(
+        deploy_role_arn=literal(DefaultStackSynthesizer.DEFAULT_DEPLOY_ROLE_ARN),
+        cloud_formation_execution_role=literal(DefaultStackSynthesizer.DEFAULT_CLOUDFORMATION_ROLE_ARN),
+    )
 
 
 class PlatformStage(Stage):
@@ -55,13 +81,16 @@ class PlatformStage(Stage):
             else None
         )
         serving_image = images.serving_image(stage.region, stage.serving.engine)
+        roles_path = role_path(config.project, stage_name)
 
         self.storage = StorageStack(
             self,
             "Storage",
             stack_name=f"{prefix}-storage",
             description=f"{config.project} {stage_name}: KMS key, buckets and SageMaker execution roles",
+            synthesizer=deploy_synthesizer(stage.region),
             stage=stage,
+            key_user_role_path=roles_path,
             training_images=[
                 images.training_image(stage.region, stage.training.smp.version),
                 images.processing_image(stage.region, stage.training.processing_instance_type),
@@ -76,6 +105,7 @@ class PlatformStage(Stage):
             self,
             "Training",
             stack_name=f"{prefix}-training",
+            synthesizer=deploy_synthesizer(stage.region),
             description=f"{config.project} {stage_name}: fine-tuning pipeline for {stage.training.model} with SMP",
             training=stage.training,
             serving=stage.serving,
@@ -94,6 +124,7 @@ class PlatformStage(Stage):
             self,
             "Serving",
             stack_name=f"{prefix}-serving",
+            synthesizer=deploy_synthesizer(stage.region),
             description=f"{config.project} {stage_name}: LMI endpoint for {stage.serving.model}",
             serving=stage.serving,
             endpoint_name=prefix,
@@ -110,9 +141,21 @@ class PlatformStage(Stage):
             smoke_test_account=pipeline.account if pipeline and stage_name in pipeline.smoke_test_after else None,
         )
 
+        for stack in (self.training, self.serving):
+            _place_roles(stack, roles_path)
+
         for key, value in config.stage_tags(stage_name).items():
             Tags.of(self).add(key, value)
         # What a stage keeps when its stacks are deleted is one decision, its removal_policy: every key and log group
         # follows it, not CDK's per-construct defaults (buckets too, in StorageStack, which empties them first).
         removal = RemovalPolicy.RETAIN if stage.removal_policy == "retain" else RemovalPolicy.DESTROY
         RemovalPolicies.of(self).apply(removal, apply_to_resource_types=["AWS::KMS::Key", "AWS::Logs::LogGroup"])
+
+
+def _place_roles(stack: Stack, path: str) -> None:
+    """Put the roles CloudFormation names in `stack` under `path` (named roles keep theirs: a new path would replace
+    them, which CloudFormation refuses for a custom name)."""
+    for node in stack.node.find_all():
+        # role_name is a token even when unset (the L2 passes its physical name): resolve it to know.
+        if isinstance(node, iam.CfnRole) and stack.resolve(node.role_name) is None:
+            node.path = path

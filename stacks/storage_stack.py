@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import ArnFormat, CfnOutput, Duration, RemovalPolicy, Stack
-from aws_cdk import aws_iam as iam
-from aws_cdk import aws_kms as kms
+from aws_cdk import ArnFormat, CfnOutput, DefaultStackSynthesizer, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_s3 as s3
 from cdk_nag import NagPackSuppression, NagSuppressions
 from constructs import Construct
 
 from stacks import layout
 from stacks.config import StageConfig
+from stacks.constructs import key_policy
 from stacks.constructs.execution_role import SageMakerExecutionRole
 from stacks.constructs.secure_bucket import secure_bucket
 
@@ -20,13 +19,18 @@ from stacks.constructs.secure_bucket import secure_bucket
 ACCESS_LOG_RETENTION = Duration.days(365)
 # Superseded code archives stay this long: longer than SageMaker's maximum training job run time (28 days).
 SUPERSEDED_CODE_GRACE = Duration.days(35)
+# Where DefaultStackSynthesizer reads a non-default bootstrap qualifier (`cdk bootstrap --qualifier`).
+BOOTSTRAP_QUALIFIER_CONTEXT = "@aws-cdk/core:bootstrapQualifier"
 
 
 class StorageStack(Stack):
     """What the stage keeps (data, weights, code) and who may touch it.
 
     Args:
-        stage: the stage's config (its removal policy decides the fate of data and key on stack deletion).
+        stage: the stage's config (its removal policy decides the fate of data and key on stack deletion; its serving
+            config how long captured requests are kept).
+        key_user_role_path: IAM path of the roles the stage's other stacks create; they may use the key, as far as
+            their own policies allow.
         training_images: container images training and processing jobs run; the training role may pull only these.
         serving_images: container images endpoints run; the hosting role may pull only these.
     """
@@ -37,6 +41,7 @@ class StorageStack(Stack):
         construct_id: str,
         *,
         stage: StageConfig,
+        key_user_role_path: str,
         training_images: list[str],
         serving_images: list[str],
         **kwargs: Any,
@@ -44,34 +49,33 @@ class StorageStack(Stack):
         super().__init__(scope, construct_id, **kwargs)
         removal = RemovalPolicy.RETAIN if stage.removal_policy == "retain" else RemovalPolicy.DESTROY
 
-        # One customer-managed key for everything the stage stores, rotated yearly by KMS.
-        self.key = kms.Key(
+        # One customer-managed key for everything the stage stores, rotated yearly by KMS. Its policy lets the
+        # account administer it and names who may use it (key_policy.py): the stage's own roles, CloudWatch Logs for
+        # the stage's log groups, and CloudFormation's role for encrypting function environments.
+        self.key = key_policy.administered_key(
             self,
             "Key",
             description="Encrypts the LLM platform's data, weights and code for this stage",
-            enable_key_rotation=True,
             removal_policy=removal,
             pending_window=Duration.days(30 if removal == RemovalPolicy.RETAIN else 7),
         )
-
-        # CloudWatch Logs encrypts the stage's log groups (custom-resource handlers) with this key too.
-        self.key.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid="EncryptStageLogGroups",
-                principals=[iam.ServicePrincipal(f"logs.{self.region}.amazonaws.com")],
-                actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
-                resources=["*"],
-                conditions={
-                    "ArnLike": {
-                        "kms:EncryptionContext:aws:logs:arn": self.format_arn(
-                            service="logs",
-                            resource="log-group",
-                            resource_name="*",
-                            arn_format=ArnFormat.COLON_RESOURCE_NAME,
-                        )
-                    }
-                },
-            )
+        # CloudWatch Logs encrypts the stage's log groups (custom-resource handlers) with this key too; the encryption
+        # context names the log group, so the condition keeps it to this account's and region's log groups.
+        key_policy.allow_service(
+            self.key,
+            "EncryptStageLogGroups",
+            f"logs.{self.region}.amazonaws.com",
+            ["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
+            conditions={
+                "ArnLike": {
+                    "kms:EncryptionContext:aws:logs:arn": self.format_arn(
+                        service="logs",
+                        resource="log-group",
+                        resource_name="*",
+                        arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                    )
+                }
+            },
         )
 
         # Server access logs of the other buckets. S3 delivers access logs only to SSE-S3 buckets, so this one
@@ -106,7 +110,20 @@ class StorageStack(Stack):
         )
 
         buckets = {"encryption_key": self.key, "access_logs": self.access_logs, "removal_policy": removal}
-        self.data_bucket = secure_bucket(self, "Data", versioned=True, **buckets)
+        # Captured requests and responses are prompts and answers people sent: they expire, by the config.
+        self.data_bucket = secure_bucket(
+            self,
+            "Data",
+            versioned=True,
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    id="expire-captured-data",
+                    prefix=layout.DATA_CAPTURE,
+                    expiration=Duration.days(stage.serving.data_capture_expiry_days),
+                )
+            ],
+            **buckets,
+        )
         self.models_bucket = secure_bucket(self, "Models", versioned=True, **buckets)
         # Code archives are content-addressed and never overwritten; versioning costs nothing and guards against a
         # mistaken delete. An archive no stack uses any more is tagged superseded (never deleted at once: a
@@ -138,8 +155,11 @@ class StorageStack(Stack):
         )
         self.training_role.allow_read(self.data_bucket, layout.RAW_DATA, layout.PREPARED_DATA, layout.EVALUATION)
         self.training_role.allow_write(self.data_bucket, layout.PREPARED_DATA, layout.EVALUATION)
-        self.training_role.allow_read(self.models_bucket, layout.PRETRAINED, layout.CHECKPOINTS, layout.TRAINED)
-        self.training_role.allow_write(self.models_bucket, layout.PRETRAINED, layout.TRAINED)
+        # Of pretrained/, only the prefixes of the repositories this stage stages (StagedWeights: the staging jobs
+        # write them, training reads its own).
+        staged = sorted({w.prefix for w in (stage.training.staged_weights, stage.serving.staged_weights) if w})
+        self.training_role.allow_read(self.models_bucket, *staged, layout.CHECKPOINTS, layout.TRAINED)
+        self.training_role.allow_write(self.models_bucket, *staged, layout.TRAINED)
         self.training_role.allow_write(self.models_bucket, layout.CHECKPOINTS, delete=True)
         self.training_role.allow_read(self.artifacts_bucket, layout.CODE)
         self.training_role.allow_key(self.key, encrypt=True)
@@ -154,13 +174,55 @@ class StorageStack(Stack):
             log_groups=["/aws/sagemaker/Endpoints"],
             metric_namespaces=["/aws/sagemaker/Endpoints"],
         )
-        self.hosting_role.allow_read(self.models_bucket, layout.PRETRAINED, layout.TRAINED)
+        # Staged weights: only what the endpoint serves (a pinned commit's files, or every commit of the repository
+        # it follows main of); fine-tuned weights: trained/.
+        served = stage.serving.staged_weights
+        self.hosting_role.allow_read(self.models_bucket, *([served.read_prefix] if served else []), layout.TRAINED)
         self.hosting_role.allow_read(self.artifacts_bucket, layout.CODE)
         self.hosting_role.allow_write(self.data_bucket, layout.DATA_CAPTURE)
         self.hosting_role.allow_key(self.key, encrypt=True)
         self.hosting_role.allow_pull(*serving_images)
 
+        self._key_users(key_user_role_path)
         self._outputs()
+
+    def _key_users(self, role_path: str) -> None:
+        """Who may use the stage key besides CloudWatch Logs; each still needs its own IAM allow."""
+        key_policy.allow_principals(
+            self.key,
+            "UseKeyStageRoles",
+            [
+                self.training_role.role.role_arn,
+                self.hosting_role.role.role_arn,
+                # The training and serving stacks' roles (the pipelines' role, the code-packaging handlers), by path.
+                self.format_arn(service="iam", region="", resource="role", resource_name=f"{role_path.strip('/')}/*"),
+            ],
+        )
+        # Lambda encrypts a function's environment with the key of its KmsKeyArn using the permissions of whoever
+        # creates or updates the function (AWS Lambda Developer Guide, "Securing environment variables": kms:Encrypt
+        # and kms:CreateGrant to configure it, kms:Decrypt to view and manage it): here the CloudFormation execution
+        # role of the CDK bootstrap, which deploys every stack of the stage (stage.py's synthesizer), through Lambda
+        # only.
+        key_policy.allow_principals(
+            self.key,
+            "EncryptFunctionEnvironments",
+            [self._bootstrap_role(DefaultStackSynthesizer.DEFAULT_CLOUDFORMATION_ROLE_ARN)],
+            actions=["kms:Encrypt", "kms:Decrypt"],
+            conditions={"StringEquals": {"kms:ViaService": f"lambda.{self.region}.{self.url_suffix}"}},
+        )
+
+    def _bootstrap_role(self, template: str) -> str:
+        """A CDK bootstrap role's ARN from its synthesizer template, with the qualifier the synthesizer reads from
+        context and CloudFormation's own account, region and partition."""
+        qualifier = self.node.try_get_context(BOOTSTRAP_QUALIFIER_CONTEXT) or DefaultStackSynthesizer.DEFAULT_QUALIFIER
+        for placeholder, value in (
+            ("${Qualifier}", qualifier),
+            ("${AWS::Partition}", self.partition),
+            ("${AWS::AccountId}", self.account),
+            ("${AWS::Region}", self.region),
+        ):
+            template = template.replace(placeholder, value)
+        return template
 
     def _outputs(self) -> None:
         """Names people and scripts need (uploading data, starting runs); later stacks get the objects instead."""

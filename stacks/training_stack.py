@@ -14,6 +14,7 @@ from constructs import Construct
 
 from stacks import code_archives
 from stacks.config import ServingConfig, TrainingConfig
+from stacks.constructs.execution_role import event_rule_role
 from stacks.constructs.training_pipeline import TrainingPipelines
 from stacks.constructs.training_pipeline.definition import PipelineNames
 
@@ -94,10 +95,22 @@ class TrainingStack(Stack):
             bus = events.EventBus.from_event_bus_arn(
                 self, "PipelineEventBus", f"arn:{self.partition}:events:{region}:{account}:event-bus/default"
             )
+            rule_name = f"{names.model_package_group}-forward-approvals"
             events.Rule(
                 self,
                 "ForwardModelApprovals",
+                rule_name=rule_name,
                 description=f"Approved versions of {names.model_package_group}, to the promotion pipeline's account",
                 event_pattern=model_approval_pattern([names.model_package_group]),
-                targets=[targets.EventBus(bus)],
+                targets=[
+                    targets.EventBus(
+                        bus,
+                        role=event_rule_role(
+                            self,
+                            "ForwardModelApprovalsRole",
+                            rule_name=rule_name,
+                            description=f"EventBridge forwards approvals of {names.model_package_group} with this role",
+                        ),
+                    )
+                ],
             )

@@ -179,3 +179,24 @@ def _name(*parts: object) -> str:
         text = part.node.id if isinstance(part, Construct) else str(part)
         out.append("".join(w.capitalize() for w in re.split(r"[^A-Za-z0-9]+", text) if w))
     return "".join(out)
+
+
+def event_rule_role(scope: Construct, construct_id: str, *, rule_name: str, description: str) -> iam.Role:
+    """The role EventBridge assumes for the targets of the rule `rule_name` (in this stack's account and region),
+    and for no other rule: aws:SourceAccount and aws:SourceArn in its trust policy, EventBridge's confused-deputy
+    guard. The rule must carry that name: its ARN cannot be referenced here, since the rule refers to this role."""
+    stack = Stack.of(scope)
+    return iam.Role(
+        scope,
+        construct_id,
+        description=description,
+        assumed_by=iam.ServicePrincipal(
+            "events.amazonaws.com",
+            conditions={
+                "StringEquals": {"aws:SourceAccount": stack.account},
+                "ArnEquals": {
+                    "aws:SourceArn": stack.format_arn(service="events", resource="rule", resource_name=rule_name)
+                },
+            },
+        ),
+    )

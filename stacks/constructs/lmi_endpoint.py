@@ -12,7 +12,7 @@ together, see research/cdk_anchors.md §1):
 
 from __future__ import annotations
 
-from aws_cdk import Duration
+from aws_cdk import ArnFormat, Duration, Stack
 from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cw_actions
@@ -26,6 +26,7 @@ from constructs import Construct
 
 from stacks import layout
 from stacks.config import ServingConfig
+from stacks.constructs import key_policy
 
 VARIANT = "AllTraffic"
 ROUTING = {"least_outstanding_requests": "LEAST_OUTSTANDING_REQUESTS", "random": "RANDOM"}
@@ -104,11 +105,29 @@ class LmiEndpoint(Construct):
         )
 
         # CloudWatch publishes alarms to the topic, so the topic's key must admit it: a key of its own keeps the
-        # stage key's policy free of service grants.
-        topic_key = kms.Key(
-            self, "AlarmsKey", description=f"Encrypts the alarm topic of {endpoint_name}", enable_key_rotation=True
+        # stage key's policy free of this service grant. CloudWatch may use it only for alarms of this account and
+        # region (aws:SourceAccount, aws:SourceArn: the confused-deputy guard); the account only administers it.
+        stack = Stack.of(self)
+        topic_key = key_policy.administered_key(
+            self, "AlarmsKey", description=f"Encrypts the alarm topic of {endpoint_name}"
         )
-        topic_key.grant(iam.ServicePrincipal("cloudwatch.amazonaws.com"), "kms:Decrypt", "kms:GenerateDataKey")
+        key_policy.allow_service(
+            topic_key,
+            "PublishAlarms",
+            "cloudwatch.amazonaws.com",
+            ["kms:Decrypt", "kms:GenerateDataKey*"],
+            conditions={
+                "StringEquals": {"aws:SourceAccount": stack.account},
+                "ArnLike": {
+                    "aws:SourceArn": stack.format_arn(
+                        service="cloudwatch",
+                        resource="alarm",
+                        resource_name="*",
+                        arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                    )
+                },
+            },
+        )
         self.topic = sns.Topic(
             self, "Alarms", display_name=f"{endpoint_name} alarms", master_key=topic_key, enforce_ssl=True
         )

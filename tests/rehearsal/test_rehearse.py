@@ -92,7 +92,7 @@ def test_output_says_what_moto_does_not_emulate(rehearsal):
         "AWS::S3::BucketPolicy (4)",
         "AWS::CloudWatch::Alarm (4)",
         "AWS::SageMaker::ModelPackageGroup (1)",
-        "custom resources Custom::CodePackage (3): never run",
+        "custom resources Custom::AWS (1), Custom::CodePackage (3): never run",
         "staging/Serving/Endpoint/Model: PrimaryContainer.ModelDataUrl <- staging/Serving/InferenceCode/Archive",
         "staging/Serving output InferenceCodeUri <- ",
         "the model was created without it",

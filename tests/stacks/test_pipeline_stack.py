@@ -10,6 +10,7 @@ from syrupy.extensions.json import JSONSnapshotExtension
 
 from stacks.config import load_config
 from stacks.pipeline_stack import CDK_CLI_VERSION
+from stacks.serving_stack import smoke_test_runner_role_name
 from tests.cdk_assembly import APP, REPO, normalize_hashes, render, synthesize
 
 PROMOTION = REPO / "config" / "examples" / "promotion.yaml"
@@ -107,7 +108,7 @@ def test_cross_account_artifacts_use_a_rotated_kms_key(promotion):
     assert codepipeline(promotion)["ArtifactStore"]["EncryptionKey"]["Type"] == "KMS"
 
 
-def test_stage_smoke_test_roles_trust_only_the_pipeline_account(promotion):
+def test_stage_smoke_test_roles_trust_only_the_pipelines_smoke_test_runner(promotion):
     for stage in ["dev", "staging"]:
         roles = promotion.resources(f"Pipeline-{stage}", "Serving", "AWS::IAM::Role")
         (smoke,) = [
@@ -116,9 +117,68 @@ def test_stage_smoke_test_roles_trust_only_the_pipeline_account(promotion):
             if r["Properties"].get("RoleName") == f"llm-platform-{stage}-smoke-test"
         ]
         (statement,) = smoke["AssumeRolePolicyDocument"]["Statement"]
+        # The pipeline's account, and there only the CodeBuild role that runs this stage's smoke test.
         assert render(statement["Principal"]) == {"AWS": "arn:aws:iam::111111111111:root"}
+        assert statement["Condition"] == {
+            "ArnEquals": {"aws:PrincipalArn": f"arn:aws:iam::111111111111:role/llm-platform-{stage}-smoke-test-runner"}
+        }
     prod_roles = promotion.resources("Pipeline-prod", "Serving", "AWS::IAM::Role").values()
     assert not [r for r in prod_roles if "smoke-test" in str(r["Properties"].get("RoleName"))]
+
+
+def test_the_smoke_test_runs_with_the_role_the_stage_trusts(promotion):
+    resources = pipeline_template(promotion)["Resources"]
+    for stage in ["dev", "staging"]:
+        (role_id,) = [
+            k
+            for k, r in resources.items()
+            if r["Type"] == "AWS::IAM::Role"
+            and r["Properties"].get("RoleName") == f"llm-platform-{stage}-smoke-test-runner"
+        ]
+        (project,) = [
+            r["Properties"]
+            for r in resources.values()
+            if r["Type"] == "AWS::CodeBuild::Project"
+            and r["Properties"]["ServiceRole"] == {"Fn::GetAtt": [role_id, "Arn"]}
+        ]
+        assert "scripts/smoke_test.py" in project["Source"]["BuildSpec"]
+        (trust,) = resources[role_id]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+        assert trust["Principal"] == {"Service": "codebuild.amazonaws.com"}
+        assert render(trust["Condition"]) == {
+            "StringEquals": {"aws:SourceAccount": "111111111111"},
+            "ArnLike": {"aws:SourceArn": "arn:aws:codebuild:us-east-1:111111111111:project/*"},
+        }
+
+
+def test_the_artifact_bucket_denies_plain_http_and_tls_below_1_2_like_the_stage_buckets(promotion):
+    resources = pipeline_template(promotion)["Resources"]
+    (bucket_id,) = [k for k, r in resources.items() if r["Type"] == "AWS::S3::Bucket"]
+    assert codepipeline(promotion)["ArtifactStore"]["Location"] == {"Ref": bucket_id}
+    (policy,) = [r for r in resources.values() if r["Type"] == "AWS::S3::BucketPolicy"]
+    assert policy["Properties"]["Bucket"] == {"Ref": bucket_id}
+    denies = [s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s["Effect"] == "Deny"]
+    conditions = [s["Condition"] for s in denies]
+    assert {"Bool": {"aws:SecureTransport": "false"}} in conditions
+    assert {"NumericLessThan": {"s3:TlsVersion": 1.2}} in conditions
+    assert all(s["Principal"] == {"AWS": "*"} and s["Action"] == "s3:*" for s in denies)
+    bucket = resources[bucket_id]["Properties"]
+    assert bucket["VersioningConfiguration"] == {"Status": "Enabled"}
+    assert bucket["PublicAccessBlockConfiguration"]["RestrictPublicBuckets"] is True
+
+
+def test_eventbridge_starts_the_pipeline_only_for_its_own_rule(promotion):
+    resources = pipeline_template(promotion)["Resources"]
+    (rule,) = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::Events::Rule"]
+    assert rule["Name"] == "llm-platform-promotion-on-model-approval"
+    (target,) = rule["Targets"]
+    (trust,) = resources[target["RoleArn"]["Fn::GetAtt"][0]]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"Service": "events.amazonaws.com"}
+    assert render(trust["Condition"]) == {
+        "StringEquals": {"aws:SourceAccount": "111111111111"},
+        "ArnEquals": {
+            "aws:SourceArn": "arn:aws:events:us-east-1:111111111111:rule/llm-platform-promotion-on-model-approval"
+        },
+    }
 
 
 def test_approved_models_start_the_pipeline_and_other_accounts_may_send_their_approvals(promotion):
@@ -179,3 +239,24 @@ def test_pipeline_template_matches_snapshot(promotion, snapshot):
 def test_the_default_config_has_no_pipeline_and_the_example_does():
     assert load_config(REPO / "config" / "default.yaml").pipeline is None
     assert load_config(PROMOTION).pipeline.approval_before == ("prod",)
+
+
+def test_eventbridge_forwards_a_stages_approvals_only_for_its_own_rule(promotion):
+    template = promotion.template("Pipeline-staging", "Training")
+    (rule,) = promotion.resources("Pipeline-staging", "Training", "AWS::Events::Rule").values()
+    assert rule["Properties"]["Name"] == "llm-platform-staging-forward-approvals"
+    (target,) = rule["Properties"]["Targets"]
+    role = template["Resources"][target["RoleArn"]["Fn::GetAtt"][0]]["Properties"]
+    (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"Service": "events.amazonaws.com"}
+    assert render(trust["Condition"]) == {
+        "StringEquals": {"aws:SourceAccount": "333333333333"},
+        "ArnEquals": {
+            "aws:SourceArn": "arn:aws:events:us-east-1:333333333333:rule/llm-platform-staging-forward-approvals"
+        },
+    }
+
+
+def test_smoke_test_runner_role_names_fit_iam_at_the_longest_project_and_stage_names():
+    # IAM role names: at most 64 characters; project names have at most 24, stage names 20 (stacks/config).
+    assert len(smoke_test_runner_role_name(f"{'p' * 24}-{'s' * 20}")) <= 64

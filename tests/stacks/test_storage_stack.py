@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cdk_assembly import Assembly, render, short_id
+from stacks import layout
+from stacks.config import ConfigError, load_config
+from tests.cdk_assembly import Assembly, cdk_context, render, short_id
 
 STAGES = ["dev", "staging", "prod"]
 KMS_BUCKETS = ["Data", "Models", "Artifacts"]
@@ -159,9 +161,13 @@ def test_training_role_has_exactly_the_access_its_jobs_need(assembly):
         "ReadDataRawPreparedEvaluation": (READ, objects("Data", "raw/", "prepared/", "evaluation/")),
         "ListDataRawPreparedEvaluation": (["s3:ListBucket"], ["<Data.Arn>"]),
         "WriteDataPreparedEvaluation": (WRITE, objects("Data", "prepared/", "evaluation/")),
-        "ReadModelsPretrainedCheckpointsTrained": (READ, objects("Models", "pretrained/", "checkpoints/", "trained/")),
-        "ListModelsPretrainedCheckpointsTrained": (["s3:ListBucket"], ["<Models.Arn>"]),
-        "WriteModelsPretrainedTrained": (WRITE, objects("Models", "pretrained/", "trained/")),
+        # Of pretrained/, only what the stage stages (GPT-J for training and serving).
+        "ReadModelsPretrainedGptJ6bCheckpointsTrained": (
+            READ,
+            objects("Models", "pretrained/gpt-j-6b/", "checkpoints/", "trained/"),
+        ),
+        "ListModelsPretrainedGptJ6bCheckpointsTrained": (["s3:ListBucket"], ["<Models.Arn>"]),
+        "WriteModelsPretrainedGptJ6bTrained": (WRITE, objects("Models", "pretrained/gpt-j-6b/", "trained/")),
         "WriteModelsCheckpoints": (sorted([*WRITE, "s3:DeleteObject"]), objects("Models", "checkpoints/")),
         "ReadArtifactsCode": (READ, objects("Artifacts", "code/")),
         "ListArtifactsCode": (["s3:ListBucket"], ["<Artifacts.Arn>"]),
@@ -177,8 +183,8 @@ def test_hosting_role_reads_weights_and_code_and_writes_only_captured_data(assem
         "WriteLogs": (LOGS, ["arn:aws:logs:us-east-1:<AWS::AccountId>:log-group:/aws/sagemaker/Endpoints:*"]),
         "PublishMetrics": (["cloudwatch:PutMetricData"], ["*"]),
         "EcrLogin": (["ecr:GetAuthorizationToken"], ["*"]),
-        "ReadModelsPretrainedTrained": (READ, objects("Models", "pretrained/", "trained/")),
-        "ListModelsPretrainedTrained": (["s3:ListBucket"], ["<Models.Arn>"]),
+        "ReadModelsPretrainedGptJ6bTrained": (READ, objects("Models", "pretrained/gpt-j-6b/", "trained/")),
+        "ListModelsPretrainedGptJ6bTrained": (["s3:ListBucket"], ["<Models.Arn>"]),
         "ReadArtifactsCode": (READ, objects("Artifacts", "code/")),
         "ListArtifactsCode": (["s3:ListBucket"], ["<Artifacts.Arn>"]),
         "WriteDataCapture": (WRITE, objects("Data", "capture/")),
@@ -231,3 +237,51 @@ def test_every_key_and_log_group_of_a_stage_follows_its_removal_policy(assembly,
     }
     assert len(kept) >= 6  # the stage key, the alarm topic's key, the code packaging logs of two stacks
     assert set(kept.values()) == {(expected, expected)}, kept
+
+
+# --- data capture -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_captured_requests_and_responses_expire_after_the_configured_days(assembly, stage):
+    rules = buckets(assembly, stage)["Data"]["Properties"]["LifecycleConfiguration"]["Rules"]
+    (capture,) = [r for r in rules if r["Id"] == "expire-captured-data"]
+    # The default: 30 days, then the old version goes with the bucket's other old versions.
+    assert capture == {"Id": "expire-captured-data", "Prefix": "capture/", "ExpirationInDays": 30, "Status": "Enabled"}
+    assert layout.DATA_CAPTURE == "capture/"
+
+
+def test_captured_data_expiry_comes_from_the_serving_config():
+    from aws_cdk import App
+    from aws_cdk.assertions import Template
+
+    from stacks.catalog import images
+    from stacks.config import StageConfig
+    from stacks.storage_stack import StorageStack
+
+    stage = StageConfig.model_validate({"region": "us-east-1", "serving": {"data_capture_expiry_days": 7}})
+    stack = StorageStack(
+        App(context=cdk_context()),
+        "Storage",
+        stage=stage,
+        key_user_role_path="/p/dev/",
+        training_images=[images.training_image("us-east-1", stage.training.smp.version)],
+        serving_images=[images.serving_image("us-east-1", stage.serving.engine)],
+    )
+    template = Template.from_stack(stack).to_json()["Resources"]
+    data = template[stack.get_logical_id(stack.data_bucket.node.default_child)]
+    rules = data["Properties"]["LifecycleConfiguration"]["Rules"]
+    assert {"Id": "expire-captured-data", "Prefix": "capture/", "ExpirationInDays": 7, "Status": "Enabled"} in rules
+
+
+@pytest.mark.bad_input("config")
+@pytest.mark.parametrize(
+    ("days", "message"),
+    [(0, "greater than or equal to 1"), (366, "less than or equal to 365")],
+    ids=["zero days: S3 lifecycle expiration needs a positive number", "over a year"],
+)
+def test_captured_data_expiry_outside_1_to_365_days_is_refused(tmp_path, days, message):
+    path = tmp_path / "c.yaml"
+    path.write_text(f"stages:\n  dev:\n    region: us-east-1\n    serving: {{data_capture_expiry_days: {days}}}\n")
+    with pytest.raises(ConfigError, match=rf"stages\.dev\.serving\.data_capture_expiry_days: .*{message}"):
+        load_config(path)

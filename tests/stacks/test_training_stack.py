@@ -63,12 +63,16 @@ def test_pipeline_role_runs_pipeline_jobs_passes_only_the_training_role_and_regi
     assert actions == ["iam:PassRole"] and len(resources) == 1 and "TrainingRole" in resources[0]
     assert condition == {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}
     assert got["ReadEvaluationReports"][:2] == (["s3:GetObject"], [resources_of_evaluation(got)])
+    # Each run reads the commit to fine-tune from the staged weights' record (JsonGet): that one object.
+    (record,) = got["ReadStagedWeightsRecord"][1]
+    assert got["ReadStagedWeightsRecord"][0] == ["s3:GetObject"] and record.endswith("/pretrained/gpt-j-6b/main.json")
     assert set(got) == {
         "RunPipelineJobs",
         "RegisterModels",
         "PassTrainingRole",
         "EncryptJobVolumes",
         "ReadEvaluationReports",
+        "ReadStagedWeightsRecord",
     }
 
 

@@ -71,6 +71,15 @@ class TrainingPipelines(Construct):
             model_package_group_description=f"{training.model} fine-tuned by {names.finetune}",
         )
         self.role = self._pipeline_role(names, training_role, encryption_key, data_bucket)
+        # Each fine-tuning run reads the commit to train on from the staged weights' record (definition.staged_commit):
+        # that one object, nothing else of the models bucket.
+        self.role.add_to_policy(
+            iam.PolicyStatement(
+                sid="ReadStagedWeightsRecord",
+                actions=["s3:GetObject"],
+                resources=[models_bucket.arn_for_objects(training.staged_weights.record_key)],
+            )
+        )
 
         finetune_body = definition.finetune_definition(
             training, serving, region=region, names=names, serving_image=serving_image
@@ -91,7 +100,10 @@ class TrainingPipelines(Construct):
                 "PipelineDefinitionBody": Fn.sub(body, {k: v for k, v in values.items() if k in used})
             },
         )
-        pipeline.node.add_dependency(self.role)
+        # RoleArn already orders the pipeline after its role; what must also exist before the pipeline does is the
+        # role's policy, so an execution started right after a deploy has its permissions. (Depending on the whole
+        # role would repeat the RoleArn's dependency: cfn-lint W3005.)
+        pipeline.node.add_dependency(self.role.node.find_child("DefaultPolicy"))
         return pipeline
 
     def _pipeline_role(
