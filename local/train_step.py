@@ -17,7 +17,9 @@ What differs from SageMaker, and is printed when it runs:
 - one host called localhost (SageMaker's are algo-1, algo-2, ...); the checkpoint directory is under the work
   directory instead of /opt/ml/checkpoints;
 - the pipeline parameters are the tiny run's (MaxSteps, TrainBatchSize), as a pipeline run would override them;
-- training/requirements.txt is not installed: this virtualenv already has what the containers lack.
+- training/requirements.txt (the hashed lock for the images' Pythons 3.9 and 3.11) is not installed: this
+  virtualenv already has what the containers lack, at the suite's versions. Synth refuses a file pip would not
+  install in hash-checking mode, and tests/training/test_requirements_lock.py runs the toolkit's own install.
 """
 
 from __future__ import annotations

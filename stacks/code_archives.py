@@ -15,6 +15,7 @@ from constructs import Construct
 
 from stacks import layout
 from stacks.constructs.code_package import CodePackage
+from stacks.training_job import check_hash_locked
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TRAINING_SOURCE = REPO_ROOT / "training"
@@ -24,7 +25,12 @@ ENGINE_FILES = {"deepspeed": ["model.py", "serving.properties"], "vllm": ["servi
 
 
 def training_code(scope: Construct, *, bucket: s3.IBucket, encryption_key: kms.IKey) -> CodePackage:
-    """training/ as the toolkit's sourcedir.tar.gz: files at the top, train.py run from there."""
+    """training/ as the toolkit's sourcedir.tar.gz: files at the top, train.py run from there.
+
+    Every job that runs it pip-installs its requirements.txt at start, the training toolkit with no options of its
+    own: synth refuses a file that would let pip install anything unhashed (ValueError).
+    """
+    check_hash_locked(TRAINING_SOURCE / "requirements.txt")
     return CodePackage(
         scope,
         "TrainingCode",

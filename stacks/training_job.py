@@ -7,13 +7,18 @@ config loads, so a combination the job would reject a few minutes (and a p4d bil
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from packaging.requirements import Requirement
 
 if TYPE_CHECKING:
     from stacks.config import TrainingConfig
 
-# What the training, prepare and evaluate jobs install at start (sagemaker_submit_directory's requirements.txt).
+# What the training and processing jobs install at start (sagemaker_submit_directory's requirements.txt): the hashed
+# lock scripts/lock_training_requirements.py generates from training/requirements.in.
 TRAINING_REQUIREMENTS = Path(__file__).resolve().parents[1] / "training" / "requirements.txt"
 
 # Where SageMaker puts a training job's channels and outputs (what train.py reads from SM_* by default).
@@ -125,26 +130,19 @@ def _python_version(py_version: str) -> str:
 
 def pinned_version(requirements: Path, package: str, python_version: str) -> str:
     """The exact version requirements.txt pins for `package` where python_version is `python_version` (environment
-    markers evaluated as pip would); ValueError if there is no single exact pin."""
-    from packaging.requirements import InvalidRequirement, Requirement
+    markers evaluated as pip would in the training images); ValueError if there is no single exact pin."""
+    from packaging.utils import canonicalize_name
 
     pins = []
-    for number, line in enumerate(requirements.read_text().splitlines(), start=1):
-        text = line.split("#", 1)[0].strip()
-        if not text:
-            continue
-        try:
-            requirement = Requirement(text)
-        except InvalidRequirement as error:
-            raise ValueError(f"{requirements}:{number}: {error}") from None
-        if requirement.name.lower() != package or (
-            requirement.marker and not requirement.marker.evaluate({"python_version": python_version})
-        ):
+    for line in read_requirements(requirements):
+        requirement = line.requirement
+        if canonicalize_name(requirement.name) != canonicalize_name(package) or not line.applies_to(python_version):
             continue
         specifiers = list(requirement.specifier)
         if len(specifiers) != 1 or specifiers[0].operator != "==":
             raise ValueError(
-                f"{requirements}:{number}: {package} must be pinned exactly ({package}==<version>), got {text!r}"
+                f"{requirements}:{line.number}: {package} must be pinned exactly ({package}==<version>), "
+                f"got {str(requirement)!r}"
             )
         pins.append(specifiers[0].version)
     if len(pins) != 1:
@@ -152,3 +150,117 @@ def pinned_version(requirements: Path, package: str, python_version: str) -> str
             f"{requirements} must pin {package} exactly once for Python {python_version}, found {pins or 'none'}"
         )
     return pins[0]
+
+
+@dataclass(frozen=True)
+class RequirementLine:
+    """One requirement of a pip requirements file, with the hashes pip would check it against."""
+
+    path: Path
+    number: int  # the line it starts on
+    requirement: Requirement
+    hashes: tuple[str, ...]  # "sha256:<hex>", as pip writes them
+
+    def applies_to(self, python_version: str) -> bool:
+        """Whether pip installs this line in a training or processing image with Python `python_version` (CPython
+        on x86_64 Linux, any patch release)."""
+        marker = self.requirement.marker
+        if marker is None:
+            return True
+        # uv's universal locks write python_full_version markers; the images' patch releases are not fixed here.
+        results = {marker.evaluate(_image_environment(f"{python_version}.{patch}")) for patch in (0, 99)}
+        if len(results) != 1:
+            raise ValueError(
+                f"{self.path}:{self.number}: the marker {str(marker)!r} tells Python {python_version} patch "
+                "releases apart; lock per minor version"
+            )
+        return results.pop()
+
+
+def read_requirements(path: Path) -> list[RequirementLine]:
+    """The requirements of a pip requirements file, as pip reads them: comments dropped, backslash continuations
+    joined, option lines (--require-hashes, --only-binary ...) skipped, `--hash` options collected."""
+    from packaging.requirements import InvalidRequirement
+
+    lines = []
+    for number, text in _logical_lines(path):
+        tokens = text.split()
+        if tokens[0].startswith("-"):
+            continue  # an option for the whole file, not a requirement
+        split = next((i for i, token in enumerate(tokens) if token.startswith("-")), len(tokens))
+        try:
+            requirement = Requirement(" ".join(tokens[:split]))
+        except InvalidRequirement as error:
+            raise ValueError(f"{path}:{number}: {error}") from None
+        hashes = []
+        options = iter(tokens[split:])
+        for option in options:
+            if option.startswith("--hash="):
+                hashes.append(option.removeprefix("--hash="))
+            elif option == "--hash":
+                hashes.append(next(options, ""))
+            else:
+                raise ValueError(f"{path}:{number}: unexpected option {option!r} (only --hash is read here)")
+        lines.append(RequirementLine(path, number, requirement, tuple(hashes)))
+    return lines
+
+
+def check_hash_locked(path: Path) -> None:
+    """ValueError unless pip, given only `-r path` (as the training toolkit runs it), installs every requirement by
+    an exact pin and its sha256 hashes, from wheels: the jobs install it with write access to the stage's data."""
+    fix = "edit training/requirements.in and run python3 scripts/lock_training_requirements.py"
+    options = {" ".join(text.replace("=", " ", 1).split()): n for n, text in _logical_lines(path) if text[0] == "-"}
+    for option, number in options.items():
+        if option.split()[0] in ("-r", "--requirement", "-c", "--constraint", "-e", "--editable"):
+            raise ValueError(f"{path}:{number}: {option!r} brings in requirements this check cannot see; {fix}")
+    for needed in ("--require-hashes", "--only-binary :all:"):
+        if needed not in options:
+            raise ValueError(
+                f"{path} lacks the line `{needed}`: the training toolkit passes pip no options, so the file itself "
+                f"must ask for hash checking and wheels only; {fix}"
+            )
+    for line in read_requirements(path):
+        specifiers = list(line.requirement.specifier)
+        if len(specifiers) != 1 or specifiers[0].operator != "==" or not line.hashes:
+            raise ValueError(
+                f"{path}:{line.number}: {line.requirement} is not locked (an exact ==<version> with --hash=sha256:"
+                f" options); pip would refuse to install the file; {fix}"
+            )
+        if not all(re.fullmatch(r"sha256:[0-9a-f]{64}", digest) for digest in line.hashes):
+            raise ValueError(f"{path}:{line.number}: {line.requirement}: hashes must be sha256:<64 hex digits>")
+
+
+def _logical_lines(path: Path) -> list[tuple[int, str]]:
+    """A requirements file's lines as pip sees them: comments dropped, backslash continuations joined; each with
+    the number of the line it starts on."""
+    logical: list[tuple[int, str]] = []
+    pending: tuple[int, str] | None = None
+    for number, raw in enumerate(path.read_text().splitlines(), start=1):
+        text = re.sub(r"(^|\s)#.*$", "", raw).rstrip()
+        start, joined = pending or (number, "")
+        if text.endswith("\\"):
+            pending = (start, joined + text[:-1] + " ")
+            continue
+        pending = None
+        if (joined + text).strip():
+            logical.append((start, (joined + text).strip()))
+    if pending and pending[1].strip():
+        logical.append((pending[0], pending[1].strip()))
+    return logical
+
+
+def _image_environment(python_full_version: str) -> dict[str, str]:
+    """PEP 508 marker values in the training and processing images (CPython on x86_64 Linux)."""
+    return {
+        "implementation_name": "cpython",
+        "implementation_version": python_full_version,
+        "os_name": "posix",
+        "platform_machine": "x86_64",
+        "platform_python_implementation": "CPython",
+        "platform_release": "",
+        "platform_system": "Linux",
+        "platform_version": "",
+        "python_full_version": python_full_version,
+        "python_version": ".".join(python_full_version.split(".")[:2]),
+        "sys_platform": "linux",
+    }

@@ -1,13 +1,28 @@
-"""Copy a Hugging Face model into S3 once: the staging pipeline's processing step.
+"""Copy one Hugging Face repository, at one exact commit, into the models bucket: the staging pipeline's step.
 
-    python stage_model.py --model_id EleutherAI/gpt-j-6b --revision main --output_dir /opt/ml/processing/output/model
-    python stage_model.py --model_id microsoft/bloom-deepspeed-inference-int8 --revision aa00a66... \\
-        --deepspeed_tp_size 8 --deepspeed_dtype int8
+    python stage_model.py --model_id EleutherAI/gpt-j-6b --revision main \\
+        --destination s3://<models bucket>/pretrained/gpt-j-6b/ --region us-east-1
+    python stage_model.py --model_id microsoft/bloom-deepspeed-inference-int8 \\
+        --revision aa00a6626f6484a2eef68e06d1e089e4e32aa571 --allow_pickle --deepspeed_tp_size 8 \\
+        --deepspeed_dtype int8 --destination s3://<models bucket>/pretrained/bloom-176b-deepspeed-int8-tp8/ ...
 
-SageMaker uploads the output folder to the stage's pretrained/<name>/ prefix, which the training pipeline reads as
-its `model` channel and an endpoint can serve directly, so no training job or endpoint depends on the hub at run
-time. Only what loading needs is copied: the configs, the tokenizer files and one weights format (safetensors when
-the repository has them, else PyTorch .bin files), never the Flax, TensorFlow or ONNX copies.
+What it writes under the destination prefix, in this order:
+
+    <commit>/...      the files, all from exactly that commit
+    <commit>.json     the commit's record, once every file is there
+    main.json         only when following a branch (--revision main): the same record, naming the commit main had
+
+The revision is resolved to its commit first, and the download asks for that commit, so a push to the branch
+meanwhile changes nothing; a pinned commit the hub resolves to anything else is refused, and so is any ref the hub
+lets anyone create (refs/pr/<n> serves a pull request's files). Readers read a record first (the endpoint when its
+stack deploys, the training pipeline when it runs) and then only that commit's prefix: a staging that stopped half-way
+has no record and is never read, and staging another commit never touches the files of one already served. A commit
+whose record exists is not downloaded again.
+
+Only what loading needs is copied: the configs, the tokenizer files and safetensors weights, never the Flax,
+TensorFlow or ONNX copies. PyTorch pickles (pytorch_model*.bin, a DeepSpeed checkpoint's .pt shards) can run code when
+they are loaded: they are copied only with --allow_pickle (the config's allow_pickle), and then only when the
+repository has no safetensors.
 
 With --deepspeed_tp_size/--deepspeed_dtype the repository is a pre-sharded DeepSpeed inference checkpoint: its
 ds_inference_config.json must describe exactly that split and dtype in the form DeepSpeed's kernel-injection loader
@@ -18,36 +33,87 @@ start-up 40 minutes later).
 from __future__ import annotations
 
 import argparse
+import datetime
 import glob
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 from huggingface_hub.utils import filter_repo_objects
 
 CONFIG_PATTERNS = ["*.json", "*.txt", "*.model", "*.tiktoken"]  # configs, tokenizer, vocab and merges
 SAFETENSORS = "*.safetensors"
 PYTORCH_BIN = "pytorch_model*.bin"
+# torch.save's formats: unpickling one runs whatever code it names.
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
 # The handler loads a folder through DeepSpeed's checkpoint description whenever it holds this file.
 DS_DESCRIPTION = "ds_inference_config.json"
 # DeepSpeed's dtype names in the description (torch's) -> the platform's.
 DS_DTYPES = {"int8": "int8", "float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
-# deepspeed@v0.12.6:deepspeed/runtime/state_dict_factory.py, get_sd_loader_json: only these types come back as the
+# deepspeed@v0.12.6:deepspeed/module_inject/replace_module.py, get_sd_loader_json: only these types come back as the
 # description the kernel-injection loader reads; any other builds a Megatron loader.
 DS_TYPES = ("bloom", "ds_model")
+COMMIT = re.compile(r"[0-9a-f]{40}")
+# A branch or tag name without '/': never refs/pr/<n> (anyone may open a pull request on the hub) or refs/convert/*.
+BRANCH = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+PIPELINE_HINT = "serving.weights or training.pretrained in the stage config"
 
 
 class StagingError(Exception):
-    """The repository does not hold a loadable model."""
+    """The repository does not hold what the catalog and the config expect, or the bucket holds something else."""
 
 
-def weight_patterns(repo_files: list[str]) -> list[str]:
-    """The one weights format to copy: safetensors if present, else PyTorch .bin."""
-    for pattern in (SAFETENSORS, PYTORCH_BIN):
-        if any(filter_repo_objects(repo_files, allow_patterns=[pattern])):
-            return [pattern]
-    raise StagingError("the repository has neither *.safetensors nor pytorch_model*.bin weights")
+class Keys(NamedTuple):
+    """Where one commit goes under a destination prefix (the stacks read the same keys: StagedWeights)."""
+
+    files: str  # <prefix><commit>/
+    record: str  # <prefix><commit>.json
+    pointer: str | None  # <prefix><branch>.json when following a branch, else None
+
+    @classmethod
+    def of(cls, prefix: str, commit: str, revision: str) -> Keys:
+        pointer = None if revision == commit else f"{prefix}{revision}.json"
+        return cls(f"{prefix}{commit}/", f"{prefix}{commit}.json", pointer)
+
+
+# --- which commit and which files --------------------------------------------------------------------------------
+
+
+def resolve(hub, model_id: str, revision: str) -> str:
+    """The commit `revision` names on the hub: a full commit only if the hub has exactly it; a branch's head."""
+    abbreviated = re.fullmatch(r"[0-9a-f]{4,39}", revision)
+    if not (COMMIT.fullmatch(revision) or BRANCH.fullmatch(revision)) or abbreviated:
+        raise StagingError(
+            f"revision {revision!r} of {model_id} is neither a full 40-hex commit nor a branch name: refs such as "
+            "refs/pr/<n> serve files anyone can push, and a short commit could match another one"
+        )
+    commit = hub.model_info(model_id, revision=revision).sha
+    if not commit or not COMMIT.fullmatch(commit):
+        raise StagingError(f"the hub named no commit for {model_id}@{revision} (got {commit!r})")
+    if COMMIT.fullmatch(revision) and commit != revision:
+        raise StagingError(
+            f"{model_id}@{revision} resolves to commit {commit}: refusing to stage anything but the pinned commit"
+        )
+    return commit
+
+
+def weight_patterns(repo_files: list[str], *, allow_pickle: bool, where: str) -> list[str]:
+    """The one weights format to copy: safetensors if present, else (only when allowed) PyTorch .bin pickles."""
+    if any(filter_repo_objects(repo_files, allow_patterns=[SAFETENSORS])):
+        return [SAFETENSORS]
+    pickles = sorted(filter_repo_objects(repo_files, allow_patterns=[PYTORCH_BIN]))
+    if not pickles:
+        raise StagingError(f"{where} has neither *.safetensors nor pytorch_model*.bin weights")
+    if not allow_pickle:
+        raise StagingError(
+            f"{where} has no *.safetensors weights, only PyTorch pickles ({', '.join(pickles[:3])}"
+            f"{', ...' if len(pickles) > 3 else ''}), which can run code when they are loaded: pin a revision that "
+            f"has safetensors, or accept these pickles with allow_pickle: true ({PIPELINE_HINT})"
+        )
+    return [PYTORCH_BIN]
 
 
 def deepspeed_files(description: dict, repo_files: list[str], *, tp_size: int, dtype: str) -> list[str]:
@@ -93,32 +159,51 @@ def deepspeed_files(description: dict, repo_files: list[str], *, tp_size: int, d
     return listed
 
 
+def is_pickle(name: str) -> bool:
+    return name.lower().endswith(PICKLE_SUFFIXES)
+
+
 def stage(
-    model_id: str, revision: str, output_dir: Path, hub=None, deepspeed: tuple[int, str] | None = None
+    model_id: str,
+    revision: str,
+    output_dir: Path,
+    hub=None,
+    deepspeed: tuple[int, str] | None = None,
+    allow_pickle: bool = False,
 ) -> list[Path]:
-    """Download what loading the model needs into `output_dir`; return the files, biggest first. `deepspeed`:
-    (tensor parallel degree, dtype) of the pre-sharded DeepSpeed checkpoint the repository must be."""
+    """Download what loading the model needs, at `revision` (a commit, as run() passes it), into `output_dir`; return
+    the files, biggest first. `deepspeed`: (tensor parallel degree, dtype) of the pre-sharded DeepSpeed checkpoint the
+    repository must be. Everything is checked before the first byte of weights is downloaded."""
     if hub is None:
         import huggingface_hub as hub
+    where = f"{model_id}@{revision}"
     files = hub.list_repo_files(model_id, revision=revision)
     if "config.json" not in files:
-        raise StagingError(f"{model_id}@{revision} has no config.json at its top level; is it a model repository?")
+        raise StagingError(f"{where} has no config.json at its top level; is it a model repository?")
     ignore: list[str] = []
     if deepspeed is None:
         # A description copied without its shards would send the handler after files that are not there.
-        patterns, ignore = CONFIG_PATTERNS + weight_patterns(files), [DS_DESCRIPTION]
+        patterns = CONFIG_PATTERNS + weight_patterns(files, allow_pickle=allow_pickle, where=where)
+        ignore = [DS_DESCRIPTION]
     else:
         if DS_DESCRIPTION not in files:
             raise StagingError(
-                f"{model_id}@{revision} has no {DS_DESCRIPTION} at its top level: it is not a pre-sharded DeepSpeed "
-                "inference checkpoint"
+                f"{where} has no {DS_DESCRIPTION} at its top level: it is not a pre-sharded DeepSpeed inference "
+                "checkpoint"
             )
         path = hub.hf_hub_download(model_id, DS_DESCRIPTION, revision=revision, local_dir=str(output_dir))
         description = json.loads(Path(path).read_text())
         tp_size, dtype = deepspeed
         listed = deepspeed_files(description, files, tp_size=tp_size, dtype=dtype)
+        pickled = [name for name in listed if is_pickle(name)]
+        if pickled and not allow_pickle:
+            raise StagingError(
+                f"{where}: {DS_DESCRIPTION} lists {len(pickled)} PyTorch pickle file(s) ({', '.join(pickled[:3])}, "
+                "...), which can run code when they are loaded: DeepSpeed's pre-sharded checkpoints are torch.save "
+                f"files; accept them with allow_pickle: true ({PIPELINE_HINT})"
+            )
         patterns = CONFIG_PATTERNS + [glob.escape(name) for name in listed]
-    print(f"stage_model: {model_id}@{revision}: copying {', '.join(patterns[:6])}{' ...' * (len(patterns) > 6)}")
+    print(f"stage_model: {where}: copying {', '.join(patterns[:6])}{' ...' * (len(patterns) > 6)}", flush=True)
     hub.snapshot_download(
         model_id, revision=revision, local_dir=str(output_dir), allow_patterns=patterns, ignore_patterns=ignore or None
     )
@@ -129,21 +214,114 @@ def stage(
         if absent:
             raise StagingError(f"the download lacks {len(absent)} file(s) {DS_DESCRIPTION} lists: {absent[:5]}")
     staged = sorted((p for p in output_dir.rglob("*") if p.is_file()), key=lambda p: -p.stat().st_size)
+    unexpected = [p.name for p in staged if is_pickle(p.name)] if not allow_pickle else []
+    if unexpected:  # the patterns above never ask for one; a net under them
+        raise StagingError(f"the download holds PyTorch pickles although they are not allowed: {unexpected[:5]}")
     total = sum(p.stat().st_size for p in staged)
     print(f"stage_model: {len(staged)} files, {total / 2**30:.2f} GiB in {output_dir}", flush=True)
     return staged
 
 
+# --- into the models bucket --------------------------------------------------------------------------------------
+
+
+def parse_destination(destination: str) -> tuple[str, str]:
+    match = re.fullmatch(r"s3://([a-z0-9][a-z0-9.\-]{1,61}[a-z0-9])/((?:[^/]+/)+)", destination)
+    if not match:
+        raise ValueError(f"--destination {destination!r} is not s3://<bucket>/<prefix>/ (a prefix ends with '/')")
+    return match.group(1), match.group(2)
+
+
+def read_record(s3, bucket: str, key: str) -> dict | None:
+    """The record at `key`, or None. Listed first: a role that may list the prefix but finds no object gets no 403."""
+    listed = s3.list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1).get("Contents", [])
+    if not listed or listed[0]["Key"] != key:
+        return None
+    return json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+
+
+def write_record(s3, bucket: str, key: str, record: dict) -> None:
+    # The commit also goes into the object's metadata: CloudFormation reads it with HeadObject at deploy time (it
+    # cannot parse JSON); the training pipeline reads the body (JsonGet).
+    s3.put_object(
+        Bucket=bucket,
+        Key=key,
+        Body=json.dumps(record, indent=2, sort_keys=True).encode(),
+        ContentType="application/json",
+        Metadata={"commit": record["commit"], "weights": record["weights"]},
+    )
+
+
+def check_record(record: dict, *, model_id: str, commit: str, allow_pickle: bool, where: str) -> None:
+    if (record.get("model_id"), record.get("commit")) != (model_id, commit):
+        raise StagingError(
+            f"{where} holds the record of {record.get('model_id')}@{record.get('commit')}, not {model_id}@{commit}: "
+            "refusing to overwrite another repository's staging"
+        )
+    if record.get("weights") != "safetensors" and not allow_pickle:
+        raise StagingError(
+            f"{where}: {model_id}@{commit} was staged with PyTorch pickle weights, which are not allowed now; set "
+            f"allow_pickle: true ({PIPELINE_HINT}) or pin a revision with safetensors"
+        )
+
+
+def run(
+    model_id: str,
+    revision: str,
+    destination: str,
+    output_dir: Path,
+    *,
+    hub,
+    s3,
+    deepspeed: tuple[int, str] | None = None,
+    allow_pickle: bool = False,
+) -> dict:
+    """Stage `model_id` at the commit `revision` names into `destination` (s3://bucket/prefix/); return its record."""
+    bucket, prefix = parse_destination(destination)
+    commit = resolve(hub, model_id, revision)
+    keys = Keys.of(prefix, commit, revision)
+    record = read_record(s3, bucket, keys.record)
+    if record is not None:
+        check_record(
+            record, model_id=model_id, commit=commit, allow_pickle=allow_pickle, where=f"s3://{bucket}/{keys.record}"
+        )
+        print(f"stage_model: {model_id}@{commit} is already staged in s3://{bucket}/{keys.files}", flush=True)
+    else:
+        files = stage(model_id, commit, output_dir, hub=hub, deepspeed=deepspeed, allow_pickle=allow_pickle)
+        sizes = {}
+        for path in sorted(files):
+            name = path.relative_to(output_dir).as_posix()
+            s3.upload_file(str(path), bucket, keys.files + name)
+            sizes[name] = path.stat().st_size
+        record = {
+            "model_id": model_id,
+            "revision": revision,
+            "commit": commit,
+            "weights": "pickle" if any(is_pickle(name) for name in sizes) else "safetensors",
+            "files": sizes,
+            "staged_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        }
+        write_record(s3, bucket, keys.record, record)
+        print(f"stage_model: {len(sizes)} files staged in s3://{bucket}/{keys.files}", flush=True)
+    if keys.pointer is not None:
+        write_record(s3, bucket, keys.pointer, {**record, "revision": revision})
+        print(f"stage_model: s3://{bucket}/{keys.pointer} now names {commit}", flush=True)
+    return record
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model_id", required=True, help="Hugging Face repository, e.g. EleutherAI/gpt-j-6b")
-    parser.add_argument("--revision", default="main", help="branch, tag or commit to copy (pin a commit to freeze it)")
+    parser.add_argument("--revision", required=True, help="a full commit, or a branch to stage its current commit of")
+    parser.add_argument("--destination", required=True, help="s3://<models bucket>/pretrained/<name>/")
+    parser.add_argument("--region", required=True, help="the models bucket's region")
     parser.add_argument(
         "--output_dir",
         type=Path,
-        default=Path("/opt/ml/processing/output/model"),
-        help="folder SageMaker uploads to the pretrained/<name>/ prefix",
+        default=Path("/opt/ml/processing/staging"),
+        help="where the download waits for its upload (SageMaker mounts the job's volume at /opt/ml/processing)",
     )
+    parser.add_argument("--allow_pickle", action="store_true", help="copy PyTorch pickles when there is no safetensors")
     parser.add_argument(
         "--deepspeed_tp_size", type=int, help="a pre-sharded DeepSpeed checkpoint split for this many ranks"
     )
@@ -151,10 +329,27 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if (args.deepspeed_tp_size is None) != (args.deepspeed_dtype is None):
         parser.error("--deepspeed_tp_size and --deepspeed_dtype go together: give both, or neither")
+    try:
+        parse_destination(args.destination)
+    except ValueError as error:
+        parser.error(str(error))
     deepspeed = None if args.deepspeed_tp_size is None else (args.deepspeed_tp_size, args.deepspeed_dtype)
     args.output_dir.mkdir(parents=True, exist_ok=True)
+
+    import boto3
+    import huggingface_hub
+
     try:
-        stage(args.model_id, args.revision, args.output_dir, deepspeed=deepspeed)
+        run(
+            args.model_id,
+            args.revision,
+            args.destination,
+            args.output_dir,
+            hub=huggingface_hub,
+            s3=boto3.client("s3", region_name=args.region),
+            deepspeed=deepspeed,
+            allow_pickle=args.allow_pickle,
+        )
     except StagingError as error:
         print(f"stage_model.py: error: {error}", file=sys.stderr, flush=True)
         return 2

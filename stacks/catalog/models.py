@@ -6,15 +6,40 @@ card (parameter count). `deepspeed_kernels` says whether DeepSpeed has a kernel-
 architecture (research/lmi_serving.md §5).
 
 A model's weights come from its Hugging Face repository (`hf_id`), or from one of its pre-sharded DeepSpeed
-inference checkpoints (`checkpoints`), staged once into the models bucket (`StagedWeights`).
+inference checkpoints (`checkpoints`), staged into the models bucket at one exact commit (`StagedWeights`).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-# The revision the staging pipeline copies unless a run pins another (a branch, tag or commit).
-DEFAULT_REVISION = "main"
+from stacks import layout
+
+# A revision the platform stages and serves: a full commit. Branches and tags move, and the hub serves refs/pr/<n>,
+# which anyone can push to; only a commit names fixed files.
+COMMIT_PATTERN = r"^[0-9a-f]{40}$"
+# With no commit pinned (in the config or below), staging follows this branch: it resolves it to its commit when it
+# runs, stages that commit, and records which one it was (StagedWeights.record_key) for the readers.
+FOLLOWED_BRANCH = "main"
+# Weights staged under a config that accepts PyTorch pickles live under their own name, so a reader that does not
+# accept them can never be pointed at a staging that holds them, even after the config stops allowing them.
+PICKLE_SUFFIX = "-pickle"
+
+
+def is_commit(revision: str | None) -> bool:
+    return revision is not None and re.fullmatch(COMMIT_PATTERN, revision) is not None
+
+
+def check_commit(revision: str) -> str:
+    """A config's revision, or a ValueError that says why only a full commit will do."""
+    if not is_commit(revision):
+        raise ValueError(
+            "a revision is a full commit, 40 lowercase hex digits (the hub's sha): a branch or tag moves, "
+            f"refs/pr/<n> serves whatever anyone pushed, a short commit can match another; leave it out to follow "
+            f"{FOLLOWED_BRANCH}, whose commit each staging records"
+        )
+    return revision
 
 
 @dataclass(frozen=True)
@@ -29,20 +54,67 @@ class DeepSpeedCheckpoint:
 
     name: str  # what a config names it by (serving.weights.checkpoint)
     hf_id: str
-    revision: str  # the commit staged by default
+    revision: str | None  # the commit staged unless the config pins another; None: main's, when staged
     dtype: str  # the weights as stored, in the config's terms: int8, fp16
     tensor_parallel_degree: int
+    # The shards are torch.save pickles (.pt), which run code when loaded: serving one needs weights.allow_pickle.
+    pickled: bool = True
 
 
 @dataclass(frozen=True)
 class StagedWeights:
-    """One repository the staging pipeline copies, and the name of its prefix in the models bucket
-    (pretrained/<name>/), which the training pipeline or the endpoint reads."""
+    """One repository the staging pipeline copies, at one commit, into the models bucket, and what its readers (the
+    training pipeline, the endpoint) read:
+
+        pretrained/<name>/<commit>/   the files of that commit (never rewritten by a staging of another commit)
+        pretrained/<name>/<commit>.json   its record, written after the last file: the staging is complete
+        pretrained/<name>/main.json   when following main: the record of the commit main had when last staged
+
+    A reader reads a record first and then only that commit's files, so a half-finished staging is never read. With
+    `revision` pinned, readers read that commit's record; without, main's, which names the commit.
+    """
 
     name: str
     hf_id: str
-    revision: str
+    revision: str | None  # a pinned commit, or None: follow FOLLOWED_BRANCH
+    allow_pickle: bool = False
     deepspeed: DeepSpeedCheckpoint | None = None  # None: a Hugging Face model folder
+
+    def __post_init__(self) -> None:
+        if self.revision is not None and not is_commit(self.revision):
+            raise ValueError(f"{self.hf_id}: revision {self.revision!r} is not a full 40-hex commit")
+        if self.deepspeed is not None and self.deepspeed.pickled and not self.allow_pickle:
+            raise ValueError(f"{self.hf_id}: the shards of {self.deepspeed.name} are PyTorch pickles")
+
+    @property
+    def pinned(self) -> bool:
+        return self.revision is not None
+
+    @property
+    def staged_revision(self) -> str:
+        """What the staging step is asked for: the pinned commit, or the branch it follows."""
+        return self.revision or FOLLOWED_BRANCH
+
+    @property
+    def prefix(self) -> str:
+        return f"{layout.PRETRAINED}{self.name}/"
+
+    def files_prefix(self, commit: str) -> str:
+        return f"{self.prefix}{commit}/"
+
+    @property
+    def record_key(self) -> str:
+        """The record a reader reads first: the pinned commit's, or the followed branch's (naming its commit)."""
+        return f"{self.prefix}{self.staged_revision}.json"
+
+    @property
+    def read_prefix(self) -> str:
+        """The narrowest prefix a reader needs: the pinned commit's files, or every commit's when following main."""
+        return self.files_prefix(self.revision) if self.revision else self.prefix
+
+    def describe(self) -> str:
+        at = f"commit {self.revision}" if self.revision else f"the commit {FOLLOWED_BRANCH} had when last staged"
+        return f"{self.hf_id} at {at}"
 
 
 @dataclass(frozen=True)
@@ -77,19 +149,26 @@ class Model:
         known = ", ".join(c.name for c in self.checkpoints) or "none"
         raise KeyError(f"{self.name} has no pre-sharded checkpoint {name!r}; its checkpoints: {known}")
 
-    def staged(self, checkpoint: str | None = None) -> StagedWeights:
-        """What staging copies for this model: its Hugging Face weights into pretrained/<model>/, or a pre-sharded
-        checkpoint into pretrained/<model>-<checkpoint>/ (a sibling prefix: a download of one never includes the
-        other)."""
+    def staged(
+        self, checkpoint: str | None = None, *, revision: str | None = None, allow_pickle: bool = False
+    ) -> StagedWeights:
+        """What staging copies for this model: its Hugging Face weights into pretrained/<model>/ (-pickle when the
+        config accepts pickles), or a pre-sharded checkpoint into pretrained/<model>-<checkpoint>/ (a sibling prefix:
+        a download of one never includes the other), at `revision` if pinned, else the catalog's commit, else main's
+        commit when staged."""
         if checkpoint is None:
-            return StagedWeights(self.name, self.hf_id, DEFAULT_REVISION)
+            name = self.name + (PICKLE_SUFFIX if allow_pickle else "")
+            return StagedWeights(name, self.hf_id, revision, allow_pickle)
         found = self.checkpoint(checkpoint)
-        return StagedWeights(f"{self.name}-{found.name}", found.hf_id, found.revision, found)
+        return StagedWeights(f"{self.name}-{found.name}", found.hf_id, revision or found.revision, allow_pickle, found)
 
 
 # BLOOM-176B as DeepSpeed published it for 8-way tensor parallelism. The int8 commit is the one the AWS LMI
 # reference staged (amazon-sagemaker-examples@f8f8b5889:inference/nlp/realtime/llm/bloom_176b/
-# djl_deepspeed_deploy.ipynb); both model cards: "the tensors are split into 8 shards to target 8 GPUs".
+# djl_deepspeed_deploy.ipynb; still in generative_ai/sm-djl_deepspeed_bloom_176b_deploy.ipynb at 2d519b52c); both
+# model cards: "the tensors are split into 8 shards to target 8 GPUs". No source pins a commit of the fp16 one (nor of
+# the Hugging Face repositories below): they follow main unless the config pins one (weights.revision,
+# training.pretrained.revision), and what is served is still one exact commit, recorded when staged.
 BLOOM_CHECKPOINTS = (
     DeepSpeedCheckpoint(
         "deepspeed-int8-tp8",
@@ -101,7 +180,7 @@ BLOOM_CHECKPOINTS = (
     DeepSpeedCheckpoint(
         "deepspeed-fp16-tp8",
         "microsoft/bloom-deepspeed-inference-fp16",
-        DEFAULT_REVISION,
+        None,
         dtype="fp16",
         tensor_parallel_degree=8,
     ),

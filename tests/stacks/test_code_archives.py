@@ -72,3 +72,44 @@ def test_superseded_archives_expire_after_a_grace_longer_than_any_training_job(a
         "TagFilters": [{"Key": "superseded", "Value": "true"}],
         "ExpirationInDays": 35,
     }
+
+
+@pytest.mark.parametrize(
+    ("requirements", "message"),
+    [
+        # The file as it was before the lock: pip would install it with no hash checked.
+        ("transformers==4.21.0\n", r"lacks the line `--require-hashes`: the training toolkit passes pip no options"),
+        (
+            f"--require-hashes\n--only-binary :all:\ntransformers==4.21.0 --hash=sha256:{'a' * 64}\nsafetensors==0.4.5\n",
+            r"requirements\.txt:4: safetensors==0\.4\.5 is not locked .*scripts/lock_training_requirements\.py",
+        ),
+        (
+            f"--require-hashes\n--only-binary :all:\ntransformers>=4.21 --hash=sha256:{'a' * 64}\n",
+            r"requirements\.txt:3: transformers>=4\.21 is not locked",
+        ),
+        (
+            f"--require-hashes\n--only-binary :all:\n-r more.txt\ntransformers==4.21.0 --hash=sha256:{'a' * 64}\n",
+            r"requirements\.txt:3: '-r more\.txt' brings in requirements this check cannot see",
+        ),
+    ],
+)
+def test_synth_refuses_training_requirements_pip_would_install_unhashed(tmp_path, monkeypatch, requirements, message):
+    from aws_cdk import App, Stack
+    from aws_cdk import aws_kms as kms
+    from aws_cdk import aws_s3 as s3
+
+    from stacks import code_archives
+
+    (tmp_path / "requirements.txt").write_text(requirements)
+    monkeypatch.setattr(code_archives, "TRAINING_SOURCE", tmp_path)
+    stack = Stack(App(), "Test")
+    with pytest.raises(ValueError, match=message):
+        code_archives.training_code(stack, bucket=s3.Bucket(stack, "Bucket"), encryption_key=kms.Key(stack, "Key"))
+
+
+def test_the_training_code_ships_the_hashed_lock_it_was_checked_against():
+    from stacks import code_archives
+    from stacks.training_job import TRAINING_REQUIREMENTS, check_hash_locked
+
+    assert code_archives.TRAINING_SOURCE / "requirements.txt" == TRAINING_REQUIREMENTS
+    check_hash_locked(TRAINING_REQUIREMENTS)

@@ -48,7 +48,7 @@ def test_the_handler_accepts_the_rendered_properties(tmp_path):
         dtype="int8",
         tensor_parallel_degree=8,
         instance_type="ml.p4d.24xlarge",
-        weights={"checkpoint": "deepspeed-int8-tp8"},
+        weights={"checkpoint": "deepspeed-int8-tp8", "allow_pickle": True},
     )
     properties = parse(render(serving, stage_name="dev"), tmp_path)
     # DJL strips the option. prefix and passes tensor_parallel_degree as an int.

@@ -7,7 +7,9 @@ import json
 import pytest
 
 from stacks.catalog.images import serving_image
-from tests.cdk_assembly import REPO, synthesize
+from stacks.catalog.models import MODELS
+from stacks.config import ConfigError, load_config
+from tests.cdk_assembly import REPO, render, synthesize
 
 VARIANTS = REPO / "tests" / "stacks" / "fixtures" / "serving_variants.yaml"
 
@@ -67,21 +69,192 @@ def test_bloom_on_p4d_gets_a_long_startup_and_no_volume_or_kms(variants):
     assert env["TENSOR_PARALLEL_DEGREE"] == "8"
 
 
+BLOOM_INT8_COMMIT = "aa00a6626f6484a2eef68e06d1e089e4e32aa571"  # the commit the LMI reference staged
+
+
 def test_bloom_endpoint_reads_the_prefix_its_staging_pipeline_fills_with_the_presharded_checkpoint(variants):
     env = one(variants, "bloom", "AWS::SageMaker::Model")["PrimaryContainer"]["Environment"]
-    assert "/pretrained/bloom-176b-deepspeed-int8-tp8/" in json.dumps(env["WEIGHTS_S3_URI"])
+    assert f"/pretrained/bloom-176b-deepspeed-int8-tp8/{BLOOM_INT8_COMMIT}/" in json.dumps(env["WEIGHTS_S3_URI"])
     pipelines = variants.resources("bloom", "Training", "AWS::SageMaker::Pipeline").values()
     (staging,) = [p for p in pipelines if p["Properties"]["PipelineName"].endswith("-stage-weights")]
     body, _ = staging["Properties"]["PipelineDefinition"]["PipelineDefinitionBody"]["Fn::Sub"]
     steps = {s["Name"]: s["Arguments"] for s in json.loads(body)["Steps"]}
-    bloom = steps["Stage-bloom-176b-deepspeed-int8-tp8"]
-    (output,) = bloom["ProcessingOutputConfig"]["Outputs"]
-    assert output["S3Output"]["S3Uri"] == "s3://${ModelsBucket}/pretrained/bloom-176b-deepspeed-int8-tp8/"
-    assert bloom["AppSpecification"]["ContainerArguments"][:2] == [
-        "--model_id",
-        "microsoft/bloom-deepspeed-inference-int8",
-    ]
+    arguments = steps["Stage-bloom-176b-deepspeed-int8-tp8"]["AppSpecification"]["ContainerArguments"]
+    assert arguments[:6] == [
+        "--model_id", "microsoft/bloom-deepspeed-inference-int8", "--revision", BLOOM_INT8_COMMIT,
+        "--destination", "s3://${ModelsBucket}/pretrained/bloom-176b-deepspeed-int8-tp8/",
+    ]  # fmt: skip
     assert set(steps) == {"Stage-gpt-j-6b", "Stage-bloom-176b-deepspeed-int8-tp8"}  # the training model's, too
+
+
+def lookup_call(assembly, stage: str) -> tuple[str, dict, dict]:
+    """The deploy-time weights lookup: (logical id, its SDK call with the bucket token left out, its resource)."""
+    ((logical_id, lookup),) = assembly.resources(stage, "Serving", "Custom::AWS").items()
+    create = lookup["Properties"]["Create"]
+    parts = [create] if isinstance(create, str) else create["Fn::Join"][1]
+    text = "".join(p if isinstance(p, str) else "<bucket>" for p in parts)
+    assert create == lookup["Properties"]["Update"]
+    return logical_id, json.loads(text), lookup
+
+
+def lookup_statements(assembly, stage: str) -> list[tuple]:
+    policies = assembly.resources(stage, "Serving", "AWS::IAM::Policy")
+    (policy,) = [p for k, p in policies.items() if k.startswith("WeightsLookupCustomResourcePolicy")]
+    return [(s["Action"], s["Resource"]) for s in policy["Properties"]["PolicyDocument"]["Statement"]]
+
+
+def test_staged_weights_following_main_serve_the_commit_its_record_names_read_at_deploy_time(assembly):
+    logical_id, call, _ = lookup_call(assembly, "dev")
+    # HeadObject returns the metadata the staging step put on main's record: the commit main had when it ran.
+    assert call == {
+        "service": "S3",
+        "action": "headObject",
+        "parameters": {"Bucket": "<bucket>", "Key": "pretrained/gpt-j-6b/main.json"},
+        "outputPaths": ["Metadata.commit"],
+        # Read again on each release; a deploy by hand keeps what it found (as for latest_approved).
+        "physicalResourceId": {"id": "pretrained/gpt-j-6b/main.json@manual"},
+    }
+    env = one(assembly, "dev", "AWS::SageMaker::Model")["PrimaryContainer"]["Environment"]
+    (_, parts) = env["WEIGHTS_S3_URI"]["Fn::Join"]
+    assert parts[0] == "s3://" and parts[2:] == [
+        "/pretrained/gpt-j-6b/",
+        {"Fn::GetAtt": [logical_id, "Metadata.commit"]},  # exactly that commit's files, no other commit's
+        "/",
+    ]
+    # The lookup may read that one object and nothing else (HeadObject decrypts nothing: no key grant).
+    ((action, resource),) = lookup_statements(assembly, "dev")
+    assert action == "s3:GetObject" and resource["Fn::Join"][1][1] == "/pretrained/gpt-j-6b/main.json"
+
+
+def test_a_pinned_commit_is_served_as_the_config_names_it_once_its_record_exists(variants):
+    logical_id, call, _ = lookup_call(variants, "bloom")
+    record = f"pretrained/bloom-176b-deepspeed-int8-tp8/{BLOOM_INT8_COMMIT}.json"
+    assert call["parameters"]["Key"] == record
+    assert call["physicalResourceId"] == {"id": record}  # the commit is fixed: nothing to look up again
+    model = next(iter(variants.resources("bloom", "Serving", "AWS::SageMaker::Model").values()))
+    weights = model["Properties"]["PrimaryContainer"]["Environment"]["WEIGHTS_S3_URI"]
+    assert weights["Fn::Join"][1][2] == f"/pretrained/bloom-176b-deepspeed-int8-tp8/{BLOOM_INT8_COMMIT}/"
+    # The location is a literal, so the model waits for the record check explicitly: a staging that has not
+    # finished (or never ran) stops the deploy here, not at the health check 47 minutes later.
+    assert logical_id in model["DependsOn"]
+    ((action, resource),) = lookup_statements(variants, "bloom")
+    assert action == "s3:GetObject" and resource["Fn::Join"][1][1] == f"/{record}"
+
+
+def test_weights_not_staged_by_the_platform_need_no_staging_lookup(variants):
+    assert variants.resources("external", "Serving", "Custom::AWS") == {}
+    _, call, _ = lookup_call(variants, "package")
+    assert call["action"] == "describeModelPackage"
+
+
+def test_the_staging_pipeline_and_the_endpoint_agree_on_the_keys(variants):
+    # What the endpoint reads is where the step writes (stage_model.Keys, tested against the catalog's keys).
+    _, call, _ = lookup_call(variants, "bloom")
+    body, _ = next(
+        p for p in variants.resources("bloom", "Training", "AWS::SageMaker::Pipeline").values()
+        if p["Properties"]["PipelineName"].endswith("-stage-weights")
+    )["Properties"]["PipelineDefinition"]["PipelineDefinitionBody"]["Fn::Sub"]  # fmt: skip
+    steps = {s["Name"]: s["Arguments"]["AppSpecification"]["ContainerArguments"] for s in json.loads(body)["Steps"]}
+    arguments = steps["Stage-bloom-176b-deepspeed-int8-tp8"]
+    destination = arguments[arguments.index("--destination") + 1].removeprefix("s3://${ModelsBucket}/")
+    revision = arguments[arguments.index("--revision") + 1]
+    assert call["parameters"]["Key"] == f"{destination}{revision}.json"
+
+
+def model_reads(assembly, stage: str, role: str) -> set[str]:
+    """The models-bucket objects `role` (Training, Hosting) may read, as `<Models.Arn>/...` patterns."""
+    (policy,) = [
+        p
+        for p in assembly.resources(stage, "Storage", "AWS::IAM::Policy").values()
+        if render(p["Properties"]["Roles"]) == [f"<{role}Role>"]
+    ]
+    resources = [
+        r
+        for s in policy["Properties"]["PolicyDocument"]["Statement"]
+        if s["Action"] == "s3:GetObject" or s["Action"] == ["s3:GetObject"]
+        for r in (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]])
+    ]
+    return {r for r in render(resources) if r.startswith("<Models.Arn>")}
+
+
+def test_each_role_reads_only_the_staged_weights_it_needs(variants):
+    # Serving a pinned commit: that commit's files, not the other commits', not the training model's.
+    assert model_reads(variants, "bloom", "Hosting") == {
+        f"<Models.Arn>/pretrained/bloom-176b-deepspeed-int8-tp8/{BLOOM_INT8_COMMIT}/*",
+        "<Models.Arn>/trained/*",
+    }
+    # The staging jobs and training run with the training role: the prefixes of what the stage stages.
+    assert model_reads(variants, "bloom", "Training") == {
+        "<Models.Arn>/pretrained/bloom-176b-deepspeed-int8-tp8/*",
+        "<Models.Arn>/pretrained/gpt-j-6b/*",
+        "<Models.Arn>/checkpoints/*",
+        "<Models.Arn>/trained/*",
+    }
+    # Weights from elsewhere: nothing of pretrained/.
+    assert model_reads(variants, "package", "Hosting") == {"<Models.Arn>/trained/*"}
+
+
+@pytest.mark.bad_input("config")
+@pytest.mark.parametrize(
+    ("weights", "message"),
+    [
+        ({"revision": "main"}, r"serving\.weights\.revision: a revision is a full commit"),
+        ({"revision": "refs/pr/12"}, r"serving\.weights\.revision: a revision is a full commit"),
+        ({"revision": "AA00A6626F6484A2EEF68E06D1E089E4E32AA571"}, r"a revision is a full commit, 40 lowercase"),
+        ({"source": "s3", "s3_uri": "s3://shared/gpt-j/", "revision": BLOOM_INT8_COMMIT},
+         r"revision is only used with source 'pretrained'"),
+        ({"source": "latest_approved", "allow_pickle": True}, r"allow_pickle is only used with source 'pretrained'"),
+        ({"source": "s3", "s3_uri": "s3://shared/gpt-j/", "allow_pickle": True}, r"allow_pickle is only used"),
+    ],
+    ids=["branch", "pull-request", "uppercase", "revision-with-s3", "pickle-with-package", "pickle-with-s3"],
+)  # fmt: skip
+def test_staged_weights_config_refuses_what_would_not_pin_or_would_not_be_used(tmp_path, weights, message):
+    with pytest.raises(ConfigError, match=message):
+        load(tmp_path, {"model": "gpt-j-6b", "weights": weights})
+
+
+BLOOM_INT8 = {"model": "bloom-176b", "dtype": "int8", "tensor_parallel_degree": 8, "instance_type": "ml.p4d.24xlarge"}
+
+
+@pytest.mark.bad_input("config")
+@pytest.mark.parametrize(
+    "weights",
+    [
+        {"checkpoint": "deepspeed-int8-tp8"},
+        {"source": "s3", "s3_uri": "s3://shared/bloom/", "checkpoint": "deepspeed-int8-tp8"},
+    ],
+    ids=["staged", "s3"],
+)
+def test_a_presharded_checkpoint_is_served_only_when_the_config_accepts_its_pickles(tmp_path, weights):
+    with pytest.raises(ConfigError, match=r"serving\.weights: .*checkpoint deepspeed-int8-tp8: DeepSpeed's pre-sharded "
+                       r"checkpoints are PyTorch pickles \(\.pt shards\).*set allow_pickle: true"):  # fmt: skip
+        load(tmp_path, {**BLOOM_INT8, "weights": weights})
+    accepted = load(tmp_path, {**BLOOM_INT8, "weights": {**weights, "allow_pickle": True}})
+    assert accepted.stages["dev"].serving.weights.allow_pickle
+
+
+def test_the_config_rule_covers_every_cataloged_checkpoint():
+    # WeightsConfig asks for allow_pickle with any checkpoint, without knowing the model: true while every checkpoint
+    # of the catalog is torch.save shards. A safetensors one would need the rule to look it up.
+    checkpoints = [c for m in MODELS.values() for c in m.checkpoints]
+    assert checkpoints and all(c.pickled for c in checkpoints)
+    with pytest.raises(ValueError, match="PyTorch pickles"):
+        MODELS["bloom-176b"].staged("deepspeed-int8-tp8")  # the catalog refuses too
+
+
+def test_a_config_pin_overrides_the_catalogs_and_pickles_allowed_are_staged_apart(tmp_path):
+    other = "0123456789abcdef0123456789abcdef01234567"
+    stage = load(tmp_path, {**BLOOM_INT8, "weights": {"checkpoint": "deepspeed-int8-tp8", "allow_pickle": True,
+                                                      "revision": other}}).stages["dev"]  # fmt: skip
+    assert stage.serving.staged_weights.record_key == f"pretrained/bloom-176b-deepspeed-int8-tp8/{other}.json"
+    gptj = load(tmp_path, {"model": "gpt-j-6b", "weights": {"allow_pickle": True}}).stages["dev"].serving
+    assert gptj.staged_weights.record_key == "pretrained/gpt-j-6b-pickle/main.json"
+
+
+def load(tmp_path, serving: dict):
+    path = tmp_path / "config.yaml"
+    path.write_text(json.dumps({"project": "p", "stages": {"dev": {"region": "us-east-1", "serving": serving}}}))
+    return load_config(path)
 
 
 def test_instances_with_ebs_get_the_volume_and_the_stage_key(variants):

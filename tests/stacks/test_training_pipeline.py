@@ -12,7 +12,7 @@ import botocore.session
 import pytest
 
 from stacks.catalog import images
-from stacks.config import ServingConfig, TrainingConfig, load_config
+from stacks.config import ConfigError, ServingConfig, TrainingConfig, load_config
 from stacks.constructs.training_pipeline.definition import (
     PLACEHOLDERS,
     PipelineNames,
@@ -55,6 +55,16 @@ def step(defn: dict, name: str) -> dict:
         for nested in s.get("Arguments", {}).get("IfSteps", []) + s.get("Arguments", {}).get("ElseSteps", []):
             steps[nested["Name"]] = nested
     return steps[name]
+
+
+def staged_at(prefix: str, record: str) -> dict:
+    """s3://<models>/<prefix><commit>/, the commit read from <record> when the run reaches the step."""
+    record_uri = {"Std:Join": {"On": "", "Values": [f"s3://${{ModelsBucket}}/{record}"]}}
+    commit = {"Std:JsonGet": {"Path": "commit", "S3Uri": record_uri}}
+    return {"Std:Join": {"On": "", "Values": [f"s3://${{ModelsBucket}}/{prefix}", commit, "/"]}}
+
+
+MAIN_RECORD = staged_at("pretrained/gpt-j-6b/", "pretrained/gpt-j-6b/main.json")
 
 
 def decoded(hyperparameters: dict) -> dict:
@@ -177,7 +187,7 @@ def test_train_step_runs_the_smp_v1_image_with_the_code_channels_and_outputs_of_
     assert channels == {
         "train": {"Get": "Steps.PrepareData.ProcessingOutputConfig.Outputs['train'].S3Output.S3Uri"},
         "test": {"Get": "Steps.PrepareData.ProcessingOutputConfig.Outputs['validation'].S3Output.S3Uri"},
-        "model": "s3://${ModelsBucket}/pretrained/gpt-j-6b/",
+        "model": MAIN_RECORD,  # exactly the commit main's record names, read when the run gets here
     }
     assert args["CheckpointConfig"] == {
         "S3Uri": {
@@ -240,7 +250,7 @@ def test_processing_steps_run_the_packaged_scripts_in_the_pytorch_image():
     inputs = {i["InputName"]: (i["S3Input"]["LocalPath"], i["S3Input"]["S3Uri"]) for i in prepare["ProcessingInputs"]}
     assert inputs == {
         "raw": ("/opt/ml/processing/input/raw", {"Get": "Parameters.InputData"}),
-        "model": ("/opt/ml/processing/input/model", "s3://${ModelsBucket}/pretrained/gpt-j-6b/"),
+        "model": ("/opt/ml/processing/input/model", MAIN_RECORD),
         "code": ("/opt/ml/processing/input/code", "s3://${ArtifactsBucket}/${TrainingCodeKey}"),
     }
     assert prepare["ProcessingResources"]["ClusterConfig"]["VolumeKmsKeyId"] == "${KeyArn}"  # m5 has EBS
@@ -297,49 +307,78 @@ def bloom_int8() -> ServingConfig:
         dtype="int8",
         tensor_parallel_degree=8,
         instance_type="ml.p4d.24xlarge",
-        weights={"checkpoint": "deepspeed-int8-tp8"},
+        weights={"checkpoint": "deepspeed-int8-tp8", "allow_pickle": True},
     )
 
 
-def test_staging_pipeline_copies_the_hub_model_into_its_pretrained_prefix():
-    # The default stage trains and serves GPT-J: one repository, staged once.
+COMMIT = "0123456789abcdef0123456789abcdef01234567"  # any 40-hex value: a config's pin
+
+
+def test_staging_pipeline_copies_the_hub_model_at_one_commit_into_its_own_prefix():
+    # The default stage trains and serves GPT-J: one repository, staged once, following main.
     defn = staging()
-    assert {p["Name"]: p["DefaultValue"] for p in defn["Parameters"]} == {"Revision-gpt-j-6b": "main"}
+    # No run parameters: what is staged (repository, commit or main, pickles or not) is the config's, and a run
+    # cannot stage, say, refs/pr/1 where the endpoint reads.
+    assert defn["Parameters"] == []
     (stage,) = defn["Steps"]
     assert stage["Name"] == "Stage-gpt-j-6b"
     args = stage["Arguments"]
     assert args["AppSpecification"]["ContainerEntrypoint"][-1] == "stage_model.py"
     assert args["AppSpecification"]["ContainerArguments"] == [
-        "--model_id", "EleutherAI/gpt-j-6b", "--revision", {"Get": "Parameters.Revision-gpt-j-6b"},
+        "--model_id", "EleutherAI/gpt-j-6b", "--revision", "main",
+        "--destination", "s3://${ModelsBucket}/pretrained/gpt-j-6b/", "--region", "us-east-1",
     ]  # fmt: skip
-    (output,) = args["ProcessingOutputConfig"]["Outputs"]
-    assert output["S3Output"]["S3Uri"] == "s3://${ModelsBucket}/pretrained/gpt-j-6b/"
-    assert output["S3Output"]["LocalPath"] == "/opt/ml/processing/output/model"
+    # The step writes the files and then the record itself; a ProcessingOutput is uploaded in no particular order.
+    assert "ProcessingOutputConfig" not in args
+    assert [i["InputName"] for i in args["ProcessingInputs"]] == ["code"]
     assert args["ProcessingResources"]["ClusterConfig"]["VolumeSizeInGB"] == 45  # 6 B parameters at fp32, + margin
 
 
-def test_staging_pipeline_stages_the_served_presharded_checkpoint_next_to_the_training_model():
+def test_staging_pipeline_stages_the_served_presharded_checkpoint_at_its_pinned_commit():
     defn = staging(serving=bloom_int8())
     steps = {s["Name"]: s["Arguments"] for s in defn["Steps"]}
     assert list(steps) == ["Stage-gpt-j-6b", "Stage-bloom-176b-deepspeed-int8-tp8"]
     bloom = steps["Stage-bloom-176b-deepspeed-int8-tp8"]
     assert bloom["AppSpecification"]["ContainerArguments"] == [
         "--model_id", "microsoft/bloom-deepspeed-inference-int8",
-        "--revision", {"Get": "Parameters.Revision-bloom-176b-deepspeed-int8-tp8"},
+        "--revision", "aa00a6626f6484a2eef68e06d1e089e4e32aa571",  # the commit the LMI reference staged
+        "--destination", "s3://${ModelsBucket}/pretrained/bloom-176b-deepspeed-int8-tp8/", "--region", "us-east-1",
+        "--allow_pickle",  # the config said so: its shards are .pt pickles
         "--deepspeed_tp_size", "8", "--deepspeed_dtype", "int8",
     ]  # fmt: skip
-    (output,) = bloom["ProcessingOutputConfig"]["Outputs"]
-    assert output["S3Output"]["S3Uri"] == "s3://${ModelsBucket}/pretrained/bloom-176b-deepspeed-int8-tp8/"
-    # The whole checkpoint (167.5 GiB) sits on the volume until SageMaker uploads it; the SDK's default is 30 GB.
+    # The whole checkpoint (167.5 GiB) sits on the volume until it is uploaded; the SDK's default is 30 GB.
     assert bloom["ProcessingResources"]["ClusterConfig"]["VolumeSizeInGB"] == 205
-    revisions = {p["Name"]: p["DefaultValue"] for p in defn["Parameters"]}
-    assert revisions["Revision-bloom-176b-deepspeed-int8-tp8"] == "aa00a6626f6484a2eef68e06d1e089e4e32aa571"
-    # Names SageMaker accepts (botocore's PipelineParameterName and StepName shapes).
-    sagemaker = botocore.session.get_session().get_service_model("sagemaker")
-    for shape, names in (("PipelineParameterName", revisions), ("StepName", steps)):
-        rule = sagemaker.shape_for(shape).metadata
-        for name in names:
-            assert re.fullmatch(rule["pattern"], name) and rule.get("min", 0) <= len(name) <= rule["max"], name
+    assert_sagemaker_accepts_the_step_names(steps)
+
+
+def assert_sagemaker_accepts_the_step_names(names) -> None:
+    # botocore's StepName shape: the pattern and length SageMaker enforces.
+    rule = botocore.session.get_session().get_service_model("sagemaker").shape_for("StepName").metadata
+    for name in names:
+        assert re.fullmatch(rule["pattern"], name) and rule.get("min", 0) <= len(name) <= rule["max"], name
+
+
+def test_a_config_that_accepts_pickles_stages_them_apart():
+    # A reader that does not accept pickles (here: training) never reads the prefix a pickle staging could fill.
+    defn = staging(serving=ServingConfig(weights={"allow_pickle": True}))
+    steps = {s["Name"]: s["Arguments"]["AppSpecification"]["ContainerArguments"] for s in defn["Steps"]}
+    assert list(steps) == ["Stage-gpt-j-6b", "Stage-gpt-j-6b-pickle"]
+    assert "--allow_pickle" not in steps["Stage-gpt-j-6b"]
+    pickle = steps["Stage-gpt-j-6b-pickle"]
+    assert "--allow_pickle" in pickle
+    assert pickle[pickle.index("--destination") + 1] == "s3://${ModelsBucket}/pretrained/gpt-j-6b-pickle/"
+
+
+def test_training_and_serving_one_repository_at_two_revisions_stage_both():
+    training = TrainingConfig(pretrained={"revision": COMMIT})
+    defn = staging(training, ServingConfig())
+    steps = {s["Name"]: s["Arguments"]["AppSpecification"]["ContainerArguments"] for s in defn["Steps"]}
+    assert list(steps) == [f"Stage-gpt-j-6b-{COMMIT[:12]}", "Stage-gpt-j-6b-main"]
+    assert [args[args.index("--revision") + 1] for args in steps.values()] == [COMMIT, "main"]
+    assert_sagemaker_accepts_the_step_names(steps)
+    # The same revision twice is staged once.
+    same = staging(training, ServingConfig(weights={"revision": COMMIT}))
+    assert [s["Name"] for s in same["Steps"]] == ["Stage-gpt-j-6b"]
 
 
 def test_staging_pipeline_stages_nothing_for_weights_that_are_not_staged():
@@ -347,6 +386,42 @@ def test_staging_pipeline_stages_nothing_for_weights_that_are_not_staged():
     assert [s["Name"] for s in staging(TrainingConfig(), external)["Steps"]] == ["Stage-gpt-j-6b"]
     opt = ServingConfig(model="opt-30b", tensor_parallel_degree=4, instance_type="ml.g5.24xlarge")
     assert [s["Name"] for s in staging(TrainingConfig(), opt)["Steps"]] == ["Stage-gpt-j-6b", "Stage-opt-30b"]
+
+
+def test_a_pinned_training_commit_is_read_through_its_own_record():
+    # The commit's record exists only once its staging finished: a run never trains on half a staging.
+    defn = definition(TrainingConfig(pretrained={"revision": COMMIT}))
+    channels = {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in step(defn, "Train")["Arguments"]["InputDataConfig"]}  # fmt: skip
+    assert channels["model"] == staged_at("pretrained/gpt-j-6b/", f"pretrained/gpt-j-6b/{COMMIT}.json")
+    # Pickles accepted: a prefix of their own.
+    defn = definition(TrainingConfig(pretrained={"allow_pickle": True}))
+    channels = {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in step(defn, "Train")["Arguments"]["InputDataConfig"]}  # fmt: skip
+    assert channels["model"] == staged_at("pretrained/gpt-j-6b-pickle/", "pretrained/gpt-j-6b-pickle/main.json")
+
+
+def test_the_registered_model_names_the_commit_it_was_fine_tuned_from():
+    register = step(definition(), "Register-RegisterModel")["Arguments"]
+    assert register["CustomerMetadataProperties"] == {
+        "PretrainedModel": "EleutherAI/gpt-j-6b",
+        "PretrainedCommit": MAIN_RECORD["Std:Join"]["Values"][1],
+    }
+
+
+@pytest.mark.bad_input("config")
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"pretrained": {"revision": "main"}}, r"training\.pretrained\.revision: a revision is a full commit"),
+        ({"pretrained": {"revision": "aa00a66"}}, r"training\.pretrained\.revision: a revision is a full commit"),
+        ({"pretrained": {"allow_pickles": True}}, r"training\.pretrained\.allow_pickles.*unknown key"),
+    ],
+    ids=["branch", "short-commit", "typo"],
+)
+def test_training_pins_only_full_commits(tmp_path, config, message):
+    path = tmp_path / "c.yaml"
+    path.write_text(json.dumps({"project": "p", "stages": {"dev": {"region": "us-east-1", "training": config}}}))
+    with pytest.raises(ConfigError, match=message):
+        load_config(path)
 
 
 def test_staging_definition_is_deterministic_and_needs_no_network(monkeypatch):
@@ -375,3 +450,19 @@ def test_default_config_training_plan_is_the_reference():
         "fp16",
         True,
     )
+
+
+def test_every_processing_step_installs_the_hashed_lock_with_hash_checking_and_wheels_only():
+    """The jobs can write to the stage's buckets: pip installs only files the lock hashes, never an sdist, and keeps
+    checking dependencies (the lock leaves what the image ships to it). tests/training/test_requirements_lock.py
+    runs this command against tampered and unhashed requirements."""
+    import shlex
+
+    processing = [step(definition(), "PrepareData"), step(definition(), "Evaluate"), *staging()["Steps"]]
+    assert len(processing) >= 3
+    for job in processing:
+        entrypoint = job["Arguments"]["AppSpecification"]["ContainerEntrypoint"]
+        (install,) = [shlex.split(part) for part in entrypoint[2].split("&&") if " pip install " in part]
+        assert install[:4] == ["python3", "-m", "pip", "install"], job["Name"]
+        assert {"--require-hashes", "--only-binary=:all:"} <= set(install), job["Name"]
+        assert install[-2:] == ["-r", "requirements.txt"] and "--no-deps" not in install, job["Name"]

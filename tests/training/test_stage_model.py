@@ -1,35 +1,62 @@
-"""stage_model.py: copies what loading needs, in one weights format, or a pre-sharded DeepSpeed checkpoint with every
-file its ds_inference_config.json lists. The hub client is stood in for by a local repository (no downloads in
-tests), matching files with huggingface_hub's own filter; what is tested is the script's choice of files and its
-errors."""
+"""stage_model.py: resolves the revision to one commit, copies what loading needs from exactly that commit (configs,
+tokenizer, safetensors; PyTorch pickles only when allowed), or a pre-sharded DeepSpeed checkpoint with every file its
+ds_inference_config.json lists, into <prefix><commit>/, and writes the commit's record after the last file (and, when
+following main, main's record after that). The hub client is stood in for by a local repository (no downloads in
+tests), matching files with huggingface_hub's own filter; S3 is moto's. What is tested is the script's choice of
+commit and files, the order of its writes, and its errors."""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
 import shutil
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
+import boto3
 import pytest
 from huggingface_hub.utils import filter_repo_objects
+from moto import mock_aws
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "training"))
 import stage_model
 
+from stacks.catalog.models import MODELS
+
+MAIN = "47e169305d2e8376be1d31e765533382721b2cc1"  # what the stand-in's main points at (any 40-hex value)
+OTHER = "0123456789abcdef0123456789abcdef01234567"
+BUCKET = "models"
+
 
 class LocalHub:
-    """list_repo_files / hf_hub_download / snapshot_download over a folder, with huggingface_hub's signatures and its
-    pattern matching (filter_repo_objects: fnmatch on the path in the repository, `*` crossing folders)."""
+    """model_info / list_repo_files / hf_hub_download / snapshot_download over a folder, with huggingface_hub's
+    signatures and its pattern matching (filter_repo_objects: fnmatch on the path in the repository, `*` crossing
+    folders). `refs` maps branch names to commits; a commit resolves to itself when the repository has it, as the hub
+    answers; anything else is the hub's RevisionNotFoundError."""
 
-    def __init__(self, repo: Path) -> None:
+    def __init__(self, repo: Path, refs: dict[str, str] | None = None, commits: tuple[str, ...] = ()) -> None:
         self.repo = repo
+        self.refs = {"main": MAIN} if refs is None else refs
+        self.commits = {*self.refs.values(), *commits}
         self.calls: list[tuple] = []
 
-    def list_repo_files(self, repo_id: str, revision: str = "main") -> list[str]:
+    def _commit(self, revision: str) -> str:
+        commit = self.refs.get(revision, revision)
+        if commit not in self.commits:
+            raise LookupError(f"revision {revision} not found")  # the real client: RevisionNotFoundError
+        return commit
+
+    def model_info(self, repo_id: str, *, revision: str | None = None) -> SimpleNamespace:
+        return SimpleNamespace(id=repo_id, sha=self._commit(revision or "main"))
+
+    def list_repo_files(self, repo_id: str, *, revision: str | None = None) -> list[str]:
+        self._commit(revision or "main")
         return sorted(p.relative_to(self.repo).as_posix() for p in self.repo.rglob("*") if p.is_file())
 
     def hf_hub_download(self, repo_id: str, filename: str, *, revision: str, local_dir: str) -> str:
-        if filename not in self.list_repo_files(repo_id):
+        if filename not in self.list_repo_files(repo_id, revision=revision):
             raise FileNotFoundError(f"{repo_id}@{revision} has no {filename}")  # the real client: EntryNotFoundError
         return self._copy(filename, local_dir)
 
@@ -37,7 +64,7 @@ class LocalHub:
         self, repo_id: str, *, revision: str, local_dir: str, allow_patterns: list[str], ignore_patterns=None
     ) -> str:
         self.calls.append((repo_id, revision, tuple(allow_patterns), tuple(ignore_patterns or ())))
-        files = self.list_repo_files(repo_id)
+        files = self.list_repo_files(repo_id, revision=revision)
         for name in filter_repo_objects(files, allow_patterns=allow_patterns, ignore_patterns=ignore_patterns):
             self._copy(name, local_dir)
         (Path(local_dir) / ".cache" / "huggingface").mkdir(parents=True, exist_ok=True)  # as the real client leaves
@@ -50,6 +77,17 @@ class LocalHub:
         return str(target)
 
 
+def test_the_stand_in_hub_takes_what_huggingface_hub_takes():
+    import huggingface_hub
+
+    for name in ("model_info", "list_repo_files", "hf_hub_download", "snapshot_download"):
+        real = inspect.signature(getattr(huggingface_hub, name)).parameters
+        ours = list(inspect.signature(getattr(LocalHub, name)).parameters.values())[1:]  # without self
+        for parameter in ours:
+            assert parameter.name in real and real[parameter.name].kind == parameter.kind, (name, parameter.name)
+    assert "sha" in {f.name for f in dataclasses.fields(huggingface_hub.ModelInfo)}
+
+
 def make_repo(root: Path, files: list[str]) -> Path:
     for name in files:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
@@ -60,11 +98,12 @@ def make_repo(root: Path, files: list[str]) -> Path:
 HF_REPO = ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
            "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "model.safetensors.index.json",
            "pytorch_model.bin", "flax_model.msgpack", "tf_model.h5", "README.md"]  # fmt: skip
+PICKLE_REPO = [f for f in HF_REPO if "safetensors" not in f]
 
 
 def test_copies_configs_tokenizer_and_safetensors_only(tmp_path):
     hub = LocalHub(make_repo(tmp_path / "repo", HF_REPO))
-    staged = stage_model.stage("EleutherAI/gpt-j-6b", "main", tmp_path / "out", hub=hub)
+    staged = stage_model.stage("EleutherAI/gpt-j-6b", MAIN, tmp_path / "out", hub=hub)
     assert sorted(p.name for p in staged) == [
         "config.json", "generation_config.json", "merges.txt", "model-00001-of-00002.safetensors",
         "model-00002-of-00002.safetensors", "model.safetensors.index.json", "tokenizer.json", "tokenizer_config.json", "vocab.json",
@@ -73,18 +112,28 @@ def test_copies_configs_tokenizer_and_safetensors_only(tmp_path):
     assert hub.calls == [
         (
             "EleutherAI/gpt-j-6b",
-            "main",
+            MAIN,
             ("*.json", "*.txt", "*.model", "*.tiktoken", "*.safetensors"),
             ("ds_inference_config.json",),
         )
     ]
 
 
-def test_falls_back_to_pytorch_bin_when_there_are_no_safetensors(tmp_path):
-    repo = [f for f in HF_REPO if "safetensors" not in f]
-    staged = stage_model.stage("old/model", "v1", tmp_path / "out", hub=LocalHub(make_repo(tmp_path / "repo", repo)))
+def test_refuses_a_repository_whose_weights_are_only_pickles_unless_allowed(tmp_path):
+    hub = LocalHub(make_repo(tmp_path / "repo", PICKLE_REPO))
+    with pytest.raises(stage_model.StagingError, match=r"no \*\.safetensors weights, only PyTorch pickles "
+                       r"\(pytorch_model\.bin\).*can run code.*allow_pickle: true"):  # fmt: skip
+        stage_model.stage("old/model", MAIN, tmp_path / "out", hub=hub)
+    assert hub.calls == [] and not (tmp_path / "out").exists()  # refused before any download
+    staged = stage_model.stage("old/model", MAIN, tmp_path / "out", hub=hub, allow_pickle=True)
     assert "pytorch_model.bin" in {p.name for p in staged}
     assert "flax_model.msgpack" not in {p.name for p in staged}
+
+
+def test_prefers_safetensors_even_when_pickles_are_allowed(tmp_path):
+    hub = LocalHub(make_repo(tmp_path / "repo", HF_REPO))
+    staged = stage_model.stage("EleutherAI/gpt-j-6b", MAIN, tmp_path / "out", hub=hub, allow_pickle=True)
+    assert not any(p.suffix == ".bin" for p in staged)
 
 
 @pytest.mark.parametrize(
@@ -96,7 +145,183 @@ def test_falls_back_to_pytorch_bin_when_there_are_no_safetensors(tmp_path):
 )
 def test_repositories_without_a_loadable_model_are_refused(tmp_path, files, message):
     with pytest.raises(stage_model.StagingError, match=message):
-        stage_model.stage("some/repo", "main", tmp_path / "out", hub=LocalHub(make_repo(tmp_path / "repo", files)))
+        stage_model.stage("some/repo", MAIN, tmp_path / "out", hub=LocalHub(make_repo(tmp_path / "repo", files)))
+
+
+# --- which commit ------------------------------------------------------------------------------------------------
+
+
+def test_resolves_a_branch_to_its_commit():
+    hub = LocalHub(Path("."), refs={"main": MAIN})
+    assert stage_model.resolve(hub, "EleutherAI/gpt-j-6b", "main") == MAIN
+
+
+def test_a_pinned_commit_is_staged_only_if_the_hub_resolves_it_to_itself():
+    hub = LocalHub(Path("."), commits=(OTHER,))
+    assert stage_model.resolve(hub, "m/x", OTHER) == OTHER
+
+    class Rewriting(LocalHub):  # a hub (or a proxy in front of it) answering with another commit
+        def model_info(self, repo_id, *, revision=None):
+            return SimpleNamespace(id=repo_id, sha=MAIN)
+
+    with pytest.raises(stage_model.StagingError, match=rf"m/x@{OTHER} resolves to commit {MAIN}"):
+        stage_model.resolve(Rewriting(Path(".")), "m/x", OTHER)
+
+
+@pytest.mark.parametrize("revision", ["refs/pr/7", "refs/convert/parquet", "aa00a66", "main; rm -rf /", ""], ids=str)
+def test_refuses_revisions_that_are_neither_a_commit_nor_a_branch(revision):
+    # Anyone can open a pull request on the hub, and refs/pr/<n> serves its files: never stage one. A short commit
+    # could match several.
+    with pytest.raises(stage_model.StagingError, match="neither a full 40-hex commit nor a branch name"):
+        stage_model.resolve(LocalHub(Path(".")), "m/x", revision)
+
+
+# --- publishing into the models bucket ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def s3():
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket=BUCKET)
+        yield Recording(client)
+
+
+class Recording:
+    """moto's S3 client, recording the keys written, in order."""
+
+    def __init__(self, client) -> None:
+        self.client = client
+        self.writes: list[str] = []
+
+    def upload_file(self, filename, bucket, key, **kwargs):
+        self.client.upload_file(filename, bucket, key, **kwargs)
+        self.writes.append(key)
+
+    def put_object(self, **kwargs):
+        self.client.put_object(**kwargs)
+        self.writes.append(kwargs["Key"])
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+    def stored(self) -> set[str]:
+        return {o["Key"] for o in self.client.list_objects_v2(Bucket=BUCKET).get("Contents", [])}
+
+    def record(self, key: str) -> tuple[dict, dict]:
+        obj = self.client.get_object(Bucket=BUCKET, Key=key)
+        return json.loads(obj["Body"].read()), obj["Metadata"]
+
+
+def run(hub, s3, tmp_path, revision="main", **kwargs):
+    return stage_model.run(
+        "EleutherAI/gpt-j-6b",
+        revision,
+        f"s3://{BUCKET}/pretrained/gpt-j-6b/",
+        tmp_path / "work",
+        hub=hub,
+        s3=s3,
+        **kwargs,
+    )
+
+
+def test_following_main_stages_its_commit_and_writes_the_records_after_every_file(tmp_path, s3):
+    hub = LocalHub(make_repo(tmp_path / "repo", HF_REPO))
+    record = run(hub, s3, tmp_path)
+    prefix = "pretrained/gpt-j-6b/"
+    files = [k for k in s3.writes if k.startswith(f"{prefix}{MAIN}/")]
+    assert sorted(k.removeprefix(f"{prefix}{MAIN}/") for k in files) == sorted(record["files"])
+    assert "model-00001-of-00002.safetensors" in record["files"]
+    # The commit's record once every file is there, main's record last: a reader that reads a record first never
+    # sees a staging that stopped half-way.
+    assert s3.writes == [*files, f"{prefix}{MAIN}.json", f"{prefix}main.json"]
+    assert hub.calls[0][1] == MAIN  # downloaded by commit, not by branch: a push meanwhile changes nothing
+    body, metadata = s3.record(f"{prefix}main.json")
+    assert metadata == {"commit": MAIN, "weights": "safetensors"}  # what the endpoint's deploy-time lookup reads
+    assert (body["model_id"], body["commit"], body["revision"], body["weights"]) == (
+        "EleutherAI/gpt-j-6b",
+        MAIN,
+        "main",
+        "safetensors",
+    )
+    assert s3.record(f"{prefix}{MAIN}.json")[1] == metadata
+
+
+def test_a_pinned_commit_writes_its_own_record_and_leaves_main_alone(tmp_path, s3):
+    hub = LocalHub(make_repo(tmp_path / "repo", HF_REPO), commits=(OTHER,))
+    run(hub, s3, tmp_path)
+    run(hub, s3, tmp_path / "second", revision=OTHER)
+    prefix = "pretrained/gpt-j-6b/"
+    assert s3.record(f"{prefix}main.json")[1]["commit"] == MAIN
+    assert s3.record(f"{prefix}{OTHER}.json")[1]["commit"] == OTHER
+    # Staging another commit never touched the first one's files.
+    first = {k for k in s3.stored() if k.startswith(f"{prefix}{MAIN}/")}
+    assert first and not any(k.startswith(f"{prefix}{MAIN}/") for k in s3.writes[len(first) + 2 :])
+
+
+def test_main_moves_to_a_new_commit_without_touching_the_one_served_before(tmp_path, s3):
+    hub = LocalHub(make_repo(tmp_path / "repo", HF_REPO))
+    run(hub, s3, tmp_path)
+    before = {k: s3.client.head_object(Bucket=BUCKET, Key=k)["ETag"] for k in s3.stored() if MAIN in k}
+    hub.refs["main"] = OTHER
+    hub.commits.add(OTHER)
+    run(hub, s3, tmp_path / "second")
+    assert s3.record("pretrained/gpt-j-6b/main.json")[1]["commit"] == OTHER
+    assert {k: s3.client.head_object(Bucket=BUCKET, Key=k)["ETag"] for k in s3.stored() if MAIN in k} == before
+
+
+def test_a_commit_already_staged_is_not_downloaded_again(tmp_path, s3):
+    hub = LocalHub(make_repo(tmp_path / "repo", HF_REPO))
+    run(hub, s3, tmp_path)
+    written = len(s3.writes)
+    run(hub, s3, tmp_path / "again")
+    assert len(hub.calls) == 1  # one download in all
+    assert s3.writes[written:] == ["pretrained/gpt-j-6b/main.json"]  # only main's record, written again
+
+
+@pytest.mark.bad_input("s3_fault")
+def test_an_upload_that_fails_half_way_leaves_no_record_and_main_where_it_was(tmp_path, s3):
+    hub = LocalHub(make_repo(tmp_path / "repo", HF_REPO))
+    run(hub, s3, tmp_path)
+    hub.refs["main"] = OTHER
+    hub.commits.add(OTHER)
+    uploads = []
+
+    def failing(filename, bucket, key, **kwargs):
+        if len(uploads) == 3:
+            raise ConnectionError("connection reset")
+        uploads.append(key)
+        s3.client.upload_file(filename, bucket, key, **kwargs)
+
+    s3.upload_file = failing
+    with pytest.raises(ConnectionError):
+        run(hub, s3, tmp_path / "second")
+    assert not any(k.startswith(f"pretrained/gpt-j-6b/{OTHER}.json") for k in s3.stored())
+    assert s3.record("pretrained/gpt-j-6b/main.json")[1]["commit"] == MAIN  # readers still get the whole old commit
+
+
+def test_a_record_of_pickles_is_not_reused_when_pickles_are_not_allowed(tmp_path, s3):
+    hub = LocalHub(make_repo(tmp_path / "repo", PICKLE_REPO))
+    assert run(hub, s3, tmp_path, allow_pickle=True)["weights"] == "pickle"
+    with pytest.raises(stage_model.StagingError, match=r"staged with PyTorch pickle weights.*allow_pickle"):
+        run(hub, s3, tmp_path / "again")
+
+
+def test_a_record_of_another_repository_is_never_overwritten(tmp_path, s3):
+    hub = LocalHub(make_repo(tmp_path / "repo", HF_REPO))
+    run(hub, s3, tmp_path)
+    with pytest.raises(stage_model.StagingError, match=r"holds the record of EleutherAI/gpt-j-6b@"):
+        stage_model.run("someone/else", "main", f"s3://{BUCKET}/pretrained/gpt-j-6b/", tmp_path / "w", hub=hub, s3=s3)
+
+
+def test_the_keys_are_the_ones_the_stacks_read():
+    model = MODELS["bloom-176b"]
+    pinned = model.staged("deepspeed-int8-tp8", allow_pickle=True)
+    keys = stage_model.Keys.of(pinned.prefix, pinned.revision, pinned.revision)
+    assert (keys.files, keys.record, keys.pointer) == (pinned.files_prefix(pinned.revision), pinned.record_key, None)
+    followed = MODELS["gpt-j-6b"].staged()
+    keys = stage_model.Keys.of(followed.prefix, MAIN, "main")
+    assert (keys.files, keys.pointer) == (followed.files_prefix(MAIN), followed.record_key)
 
 
 # --- pre-sharded DeepSpeed inference checkpoints -----------------------------------------------------------------
@@ -122,15 +347,31 @@ def make_ds_repo(root: Path, description: dict | None = None, files: list[str] =
     return repo
 
 
-def test_stages_a_deepspeed_checkpoint_with_every_file_its_description_lists(tmp_path):
-    hub = LocalHub(make_ds_repo(tmp_path / "repo"))
-    staged = stage_model.stage(
-        "microsoft/bloom-deepspeed-inference-int8", "aa00a66", tmp_path / "out", hub=hub, deepspeed=(8, "int8")
+def stage_ds(tmp_path, hub, allow_pickle=True):
+    return stage_model.stage(
+        "microsoft/bloom-deepspeed-inference-int8",
+        MAIN,
+        tmp_path / "out",
+        hub=hub,
+        deepspeed=(8, "int8"),
+        allow_pickle=allow_pickle,
     )
+
+
+def test_stages_a_deepspeed_checkpoint_with_every_file_its_description_lists(tmp_path):
+    staged = stage_ds(tmp_path, LocalHub(make_ds_repo(tmp_path / "repo")))
     names = {p.relative_to(tmp_path / "out").as_posix() for p in staged}
     assert {"ds_inference_config.json", "config.json", "tokenizer.json", "non-tp.pt", *TP_FILES} <= names
     assert "README.md" not in names
     assert not (tmp_path / "out" / ".cache").exists()
+
+
+def test_a_deepspeed_checkpoint_of_pickled_shards_needs_pickles_allowed(tmp_path):
+    hub = LocalHub(make_ds_repo(tmp_path / "repo"))
+    with pytest.raises(stage_model.StagingError, match=r"lists 65 PyTorch pickle file\(s\) \(tp_00_00\.pt, "
+                       r".*can run code.*allow_pickle: true"):  # fmt: skip
+        stage_ds(tmp_path, hub, allow_pickle=False)
+    assert hub.calls == []
 
 
 @pytest.mark.parametrize(
@@ -155,38 +396,39 @@ def test_refuses_a_deepspeed_checkpoint_it_cannot_serve_as_cataloged(tmp_path, c
     description = {k: v for k, v in {**DS_DESCRIPTION, **change}.items() if v is not None}
     hub = LocalHub(make_ds_repo(tmp_path / "repo", description))
     with pytest.raises(stage_model.StagingError, match=message):
-        stage_model.stage(
-            "microsoft/bloom-deepspeed-inference-int8", "main", tmp_path / "out", hub=hub, deepspeed=(8, "int8")
-        )
+        stage_ds(tmp_path, hub)
 
 
 def test_a_deepspeed_checkpoint_needs_its_description(tmp_path):
     files = [f for f in DS_REPO if f != "ds_inference_config.json"]
     with pytest.raises(stage_model.StagingError, match=r"has no ds_inference_config\.json at its top level"):
-        stage_model.stage(
-            "x/y", "main", tmp_path / "out", hub=LocalHub(make_repo(tmp_path / "repo", files)), deepspeed=(8, "int8")
-        )
+        stage_ds(tmp_path, LocalHub(make_repo(tmp_path / "repo", files)))
 
 
 def test_hugging_face_staging_never_copies_a_deepspeed_description_without_its_shards(tmp_path):
     # The handler loads through ds_inference_config.json whenever the folder has one.
     hub = LocalHub(make_ds_repo(tmp_path / "repo", files=HF_REPO))
-    staged = stage_model.stage("some/model", "main", tmp_path / "out", hub=hub)
+    staged = stage_model.stage("some/model", MAIN, tmp_path / "out", hub=hub)
     assert "ds_inference_config.json" not in {p.name for p in staged}
     assert "config.json" in {p.name for p in staged}
 
 
-def test_main_passes_the_deepspeed_expectations(tmp_path, monkeypatch):
+def test_main_passes_what_the_pipeline_step_says(tmp_path, monkeypatch):
     seen = {}
 
-    def fake_stage(model_id, revision, output_dir, hub=None, deepspeed=None):
-        seen.update(model_id=model_id, revision=revision, deepspeed=deepspeed)
-        return []
+    def fake_run(model_id, revision, destination, output_dir, *, hub, s3, deepspeed=None, allow_pickle=False):
+        seen.update(model_id=model_id, revision=revision, destination=destination, deepspeed=deepspeed,
+                    allow_pickle=allow_pickle, region=s3.meta.region_name)  # fmt: skip
+        return {}
 
-    monkeypatch.setattr(stage_model, "stage", fake_stage)
-    argv = ["--model_id", "m/x", "--revision", "abc", "--output_dir", str(tmp_path)]
-    assert stage_model.main([*argv, "--deepspeed_tp_size", "8", "--deepspeed_dtype", "int8"]) == 0
-    assert seen == {"model_id": "m/x", "revision": "abc", "deepspeed": (8, "int8")}
-    assert stage_model.main(argv) == 0 and seen["deepspeed"] is None
+    monkeypatch.setattr(stage_model, "run", fake_run)
+    argv = ["--model_id", "m/x", "--revision", "main", "--destination", "s3://models/pretrained/x/", "--region",
+            "eu-west-1", "--output_dir", str(tmp_path)]  # fmt: skip
+    assert stage_model.main([*argv, "--deepspeed_tp_size", "8", "--deepspeed_dtype", "int8", "--allow_pickle"]) == 0
+    assert seen == {"model_id": "m/x", "revision": "main", "destination": "s3://models/pretrained/x/",
+                    "deepspeed": (8, "int8"), "allow_pickle": True, "region": "eu-west-1"}  # fmt: skip
+    assert stage_model.main(argv) == 0 and seen["deepspeed"] is None and seen["allow_pickle"] is False
     with pytest.raises(SystemExit):
         stage_model.main([*argv, "--deepspeed_tp_size", "8"])  # both or neither
+    with pytest.raises(SystemExit):
+        stage_model.main([*argv[:4], "--destination", "s3://models/pretrained/x", *argv[6:]])  # a prefix ends with '/'

@@ -316,7 +316,8 @@ def check_smp_v1_tensor_parallelism(
             f"({version_source}): SMP v1 replaces Hugging Face models with its tensor-parallel modules only for "
             f"transformers {', '.join(SMP_V1_TENSOR_PARALLEL_TRANSFORMERS)}, and with any other version it silently "
             "trains every layer whole on every GPU. Pin transformers==4.21.0 for the SMP v1 image (python_version < "
-            '"3.10") in training/requirements.txt, or set tensor_parallel_degree to 1'
+            '"3.10") in training/requirements.in and regenerate the hashed lock '
+            "(scripts/lock_training_requirements.py), or set tensor_parallel_degree to 1"
         )
     if layout.parameters.get("optimize", "speed") != "speed":
         raise ConfigurationError(

@@ -3,9 +3,12 @@
 Fine-tuning:
     PrepareData (processing) -> Train (SMP) -> Evaluate (processing, perplexity report)
         -> CheckPerplexity: perplexity <= threshold ? Register (model package, PendingManualApproval) : Fail
-Staging (run once per model): one Stage-<name> processing step per repository the stage uses (the training model's
-Hugging Face weights, and the endpoint's when it serves staged weights: a Hugging Face folder or a pre-sharded
-DeepSpeed checkpoint), each copied into the pretrained/<name>/ prefix its reader uses.
+Staging (run once per model and commit): one Stage-<name> processing step per repository the stage uses (the
+training model's Hugging Face weights, and the endpoint's when it serves staged weights: a Hugging Face folder or a
+pre-sharded DeepSpeed checkpoint), each copied at one commit into pretrained/<name>/<commit>/, with the commit's
+record written after the last file (StagedWeights). It has no run parameters: which repository, which commit (or
+that main is followed) and whether pickles are accepted all come from the config, so a run cannot stage anything
+else, and the definition stays a pure function of the config.
 
 The SDK writes the definitions (SDK 3.x cannot express SMP v1, research/smp_training.md §4). It makes no AWS call:
 every code and data location is an S3 URI, the session has placeholder credentials and its own config (no SDK
@@ -187,13 +190,20 @@ def processor(
     """A processing job running one script of the training sourcedir in the PyTorch image.
 
     The job's code is the same sourcedir.tar.gz the training job runs: unpack it, install what the image lacks
-    (training/requirements.txt), and run the script with the step's arguments.
+    (training/requirements.txt, the hashed lock), and run the script with the step's arguments.
     """
     from sagemaker.processing import Processor
 
+    # The job can write to the stage's buckets, so pip installs nothing the lock has not hashed: --require-hashes
+    # refuses any file whose sha256 the lock does not list and any package it would have to fetch that the lock
+    # does not pin, and --only-binary keeps sdists' build code from running. The lock carries both options too
+    # (the training toolkit passes none); here they hold whatever the file says. Not --no-deps: the lock leaves
+    # what the image ships (torch, numpy, requests...) to the image, and with dependency resolution on, pip checks
+    # the image's copies satisfy the locked packages and refuses to start if one is missing or too old.
     command = (
         f"set -eu; mkdir -p /opt/ml/code && tar -xzf {CODE_ARCHIVE} -C /opt/ml/code && cd /opt/ml/code "
-        f'&& python3 -m pip install --quiet -r requirements.txt && exec python3 {script} "$@"'
+        "&& python3 -m pip install --quiet --no-input --require-hashes --only-binary=:all: -r requirements.txt "
+        f'&& exec python3 {script} "$@"'
     )
     return Processor(
         role=role_arn(),
@@ -221,9 +231,22 @@ def code_input():
     )
 
 
-def pretrained_uri(name: str) -> str:
-    """Where staged weights live: pretrained/<name>/ (a model's Hugging Face folder, or one of its checkpoints)."""
-    return s3("ModelsBucket", f"{layout.PRETRAINED}{name}/")
+def staged_commit(staged: StagedWeights):
+    """The commit a run reads, from the record staging wrote last (the pinned commit's, or main's): read by
+    SageMaker Pipelines when the run reaches the step (JsonGet on an S3 object, with the pipeline role), so a run
+    never reads a staging that stopped half-way, and a run started after a new staging of main reads the new commit
+    while one already running keeps its own. The training stack cannot read it when it deploys: it creates the
+    staging pipeline, so nothing is staged yet on its first deploy."""
+    from sagemaker.workflow.functions import Join, JsonGet
+
+    return JsonGet(s3_uri=Join(on="", values=[s3("ModelsBucket", staged.record_key)]), json_path="commit")
+
+
+def staged_uri(staged: StagedWeights):
+    """s3://<models>/pretrained/<name>/<commit>/: exactly the commit's files, never another commit's."""
+    from sagemaker.workflow.functions import Join
+
+    return Join(on="", values=[s3("ModelsBucket", staged.prefix), staged_commit(staged), "/"])
 
 
 def serialize(pipeline) -> str:
@@ -290,7 +313,7 @@ def finetune_definition(
                         source=parameters["InputData"], destination=f"{PROCESSING}/input/raw", input_name="raw"
                     ),
                     ProcessingInput(
-                        source=pretrained_uri(training.catalog_model.staged().name),
+                        source=staged_uri(training.staged_weights),
                         destination=f"{PROCESSING}/input/model",
                         input_name="model",
                     ),
@@ -354,9 +377,7 @@ def finetune_definition(
                 inputs={
                     "train": TrainingInput(prepared["train"].S3Output.S3Uri, distribution="FullyReplicated"),
                     "test": TrainingInput(prepared["validation"].S3Output.S3Uri, distribution="FullyReplicated"),
-                    "model": TrainingInput(
-                        pretrained_uri(training.catalog_model.staged().name), distribution="FullyReplicated"
-                    ),
+                    "model": TrainingInput(staged_uri(training.staged_weights), distribution="FullyReplicated"),
                 }
             ),
         )
@@ -417,6 +438,11 @@ def finetune_definition(
                     )
                 ),
                 description=f"{training.model} fine-tuned with SMP v{training.smp.version}",
+                # Which exact commit it was fine-tuned from, as the run read it.
+                customer_metadata_properties={
+                    "PretrainedModel": training.staged_weights.hf_id,
+                    "PretrainedCommit": staged_commit(training.staged_weights),
+                },
             ),
         )
         perplexity = JsonGet(step_name=evaluate.name, property_file=report, json_path="metrics.perplexity.value")
@@ -449,32 +475,46 @@ def finetune_definition(
 
 
 def staged_repositories(training: TrainingConfig, serving: ServingConfig) -> list[tuple[CatalogModel, StagedWeights]]:
-    """Every repository a stage reads from its pretrained/ prefix, each once, with its model: the training model's
+    """Every repository and revision a stage reads from pretrained/, each once, with its model: the training model's
     Hugging Face weights, and the endpoint's staged weights (none when it serves S3 or a model package)."""
-    found: dict[str, tuple[CatalogModel, StagedWeights]] = {}
-    candidates = [(training.catalog_model, training.catalog_model.staged())]
+    found: dict[tuple[str, str | None], tuple[CatalogModel, StagedWeights]] = {}
+    candidates = [(training.catalog_model, training.staged_weights)]
     if serving.staged_weights is not None:
         candidates.append((serving.catalog_model, serving.staged_weights))
     for model, staged in candidates:
-        found.setdefault(staged.name, (model, staged))
+        found.setdefault((staged.name, staged.revision), (model, staged))
     return list(found.values())
+
+
+def staging_step_name(staged: StagedWeights, others: list[StagedWeights]) -> str:
+    """Stage-<name>; with the commit's first 12 digits (or main) when training and serving stage one repository at
+    two revisions."""
+    twice = sum(other.name == staged.name for other in others) > 1
+    return f"Stage-{staged.name}" + (f"-{staged.staged_revision[:12]}" if twice else "")
 
 
 @functools.cache
 def staging_definition(training: TrainingConfig, serving: ServingConfig, *, region: str, names: PipelineNames) -> str:
-    """The pipeline that copies each repository the stage reads into pretrained/<name>/ once, so no training job or
-    endpoint depends on a hub at run time. One step per repository, run in parallel; the repository is fixed by the
-    catalog (the prefix is named after it), and a run may pin each one's revision."""
-    from sagemaker.processing import ProcessingOutput
-    from sagemaker.workflow.parameters import ParameterString
+    """The pipeline that copies each repository the stage reads into pretrained/<name>/<commit>/, so no training job
+    or endpoint depends on a hub at run time. One step per repository and revision, run in parallel; the repository
+    is fixed by the catalog and the revision by the config (a pinned commit, or main resolved when the step runs).
+    The step writes to S3 itself, the record after the last file (a ProcessingOutput is uploaded when the job ends,
+    in no particular order, so it could not put the record last)."""
     from sagemaker.workflow.pipeline import Pipeline
     from sagemaker.workflow.steps import ProcessingStep
 
-    parameters, steps = [], []
+    steps = []
+    repositories = staged_repositories(training, serving)
     with offline_session(region) as session:
-        for model, staged in staged_repositories(training, serving):
-            revision = ParameterString(f"Revision-{staged.name}", default_value=staged.revision)
-            arguments = ["--model_id", staged.hf_id, "--revision", revision]
+        for model, staged in repositories:
+            arguments = [
+                "--model_id", staged.hf_id,
+                "--revision", staged.staged_revision,
+                "--destination", s3("ModelsBucket", staged.prefix),
+                "--region", region,
+            ]  # fmt: skip
+            if staged.allow_pickle:
+                arguments.append("--allow_pickle")
             if staged.deepspeed is not None:
                 arguments += [
                     "--deepspeed_tp_size",
@@ -490,17 +530,7 @@ def staging_definition(training: TrainingConfig, serving: ServingConfig, *, regi
                 instance_type=training.processing_instance_type,
                 script="stage_model.py",
                 volume_size_gib=sizing.staging_volume_gib(model, staged),
-            ).run(
-                inputs=[code_input()],
-                outputs=[
-                    ProcessingOutput(
-                        output_name="model",
-                        source=f"{PROCESSING}/output/model",
-                        destination=pretrained_uri(staged.name),
-                    )
-                ],
-                arguments=arguments,
-            )
-            parameters.append(revision)
-            steps.append(ProcessingStep(name=f"Stage-{staged.name}", step_args=step_args))
-        return serialize(Pipeline(name=names.staging, parameters=parameters, steps=steps, sagemaker_session=session))
+            ).run(inputs=[code_input()], arguments=arguments)
+            name = staging_step_name(staged, [other for _, other in repositories])
+            steps.append(ProcessingStep(name=name, step_args=step_args))
+        return serialize(Pipeline(name=names.staging, parameters=[], steps=steps, sagemaker_session=session))

@@ -122,7 +122,8 @@ class SmpV1Backend(TrainingBackend):
                 f"{smp.tp_size()}: it distributes Hugging Face models only with transformers "
                 f"{', '.join(SMP_V1_TENSOR_PARALLEL_TRANSFORMERS)} (this job has {transformers.__version__}) and only "
                 "the model classes it supports. Training on would hold every layer whole on every GPU; pin "
-                "transformers==4.21.0 in training/requirements.txt, or set tensor_parallel_degree to 1"
+                "transformers==4.21.0 in training/requirements.in (then scripts/lock_training_requirements.py), or set "
+                "tensor_parallel_degree to 1"
             )
         optimizer = make_optimizer(module)
         if self.hp.activation_checkpointing:
