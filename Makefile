@@ -4,6 +4,8 @@
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
+# Independent set-up steps (the venv, node_modules, checkov's venv) install side by side.
+MAKEFLAGS += --jobs=2
 
 PYTHON ?= python3
 VENV := .venv
@@ -50,6 +52,8 @@ help:
 
 # --- set-up ---------------------------------------------------------------------------------------------------
 
+# pip byte-compiles what it installs; keep it so (no --no-compile): with PYTHONDONTWRITEBYTECODE set, as on this kind
+# of machine, every process would otherwise compile aws-cdk-lib, sagemaker and torch again at each import.
 $(VENV)/.synth-deps: requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -r requirements.txt
