@@ -89,12 +89,19 @@ def _check_account(value: Any) -> Any:
     return value
 
 
-def _check_instance_type(value: str) -> str:
-    if value not in INSTANCE_TYPES:
-        close = difflib.get_close_matches(value, INSTANCE_TYPES, n=3)
+def _check_in_catalog(value: str, catalog: dict, *, what: str, listed: str, suggestions: int) -> str:
+    """`value` if the catalog has it; else a ValueError with the closest names and the whole list."""
+    if value not in catalog:
+        close = difflib.get_close_matches(value, catalog, n=suggestions)
         hint = f"did you mean {' or '.join(close)}? " if close else ""
-        raise ValueError(f"not a supported GPU instance type; {hint}supported: {', '.join(INSTANCE_TYPES)}")
+        raise ValueError(f"not {what}; {hint}{listed}: {', '.join(catalog)}")
     return value
+
+
+def _check_instance_type(value: str) -> str:
+    return _check_in_catalog(
+        value, INSTANCE_TYPES, what="a supported GPU instance type", listed="supported", suggestions=3
+    )
 
 
 def _check_name(kind: str, max_len: int):
@@ -160,11 +167,7 @@ def _literal_choices(model: type[BaseModel], name: str) -> tuple[Any, ...]:
 
 
 def _check_model(value: str) -> str:
-    if value not in MODELS:
-        close = difflib.get_close_matches(value, MODELS, n=1)
-        hint = f"did you mean {close[0]}? " if close else ""
-        raise ValueError(f"not a known model; {hint}known: {', '.join(MODELS)}")
-    return value
+    return _check_in_catalog(value, MODELS, what="a known model", listed="known", suggestions=1)
 
 
 ModelName = Annotated[str, AfterValidator(_check_model)]
