@@ -19,6 +19,8 @@ Each piece follows one file of deepjavalibrary/djl-serving at v0.27.0 (branch 0.
   adds tensor_parallel_degree and device_id, the service loader model_dir; None becomes 204 "No content"; an escaped
   exception becomes Output().error(str(e)), 424, or a bare 507 for MemoryError / OutOfMemoryError);
 - response_body: ai.djl.modality.Input#getData in deepjavalibrary/djl (content "data", else the first entry).
+A streamed answer (Output.add_stream_content) is sent as local/djl_streaming.py says; in a batch it is one content
+entry for N requests, which split_batch_output refuses as PyPredictor does.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
+
+from local import djl_streaming
 
 # WlmConfigManager's defaults (wlm/src/main/java/ai/djl/serving/wlm/util/WlmConfigManager.java).
 DEFAULT_BATCH_SIZE = 1
@@ -152,6 +156,13 @@ def batch_input(djl_python: Any, requests: list[Any]):
 
 def split_batch_output(djl_python: Any, output: Any, size: int) -> list[Any]:
     """One Output per request from the handler's answer to a batch, as PyPredictor#batchPredict splits it."""
+    if djl_streaming.is_streamed(output):
+        # The Python engine sends the whole stream whatever the frontend makes of it; Java sees one content entry.
+        for _ in djl_streaming.stream_chunks(output):
+            pass
+        if output.code >= 300:
+            return [output] * size
+        raise BatchOutputError(f"Batch output size mismatch, expected: {size}, actual: 1")
     if output.code >= 300:
         return [output] * size
     if output.content.size() != size:
@@ -206,7 +217,9 @@ class BatchAggregator:
     """One DJL worker: a job queue, and a thread that takes batches from it and runs them one at a time.
 
     `run_batch(jobs)` gets a list of 1..batch_size jobs and returns one result per job. `sizes` records every batch
-    size, as DJL's DynamicBatchSize metric does for batches above one."""
+    size, as DJL's DynamicBatchSize metric does for batches above one. A djl_streaming.StreamedResponse result goes
+    to its request at once and is then drained on this thread before the next batch is taken, as DJL's Python engine
+    sends a whole stream before it reads the next request."""
 
     def __init__(self, run_batch: Callable[[list[Any]], list[Any]], *, batch_size: int, max_batch_delay_ms: int):
         self.run_batch = run_batch
@@ -271,6 +284,9 @@ class BatchAggregator:
                 results = self.run_batch([job for job, _ in batch])
                 for (_, future), result in zip(batch, results, strict=True):
                     future.set_result(result)
+                for result in results:
+                    if isinstance(result, djl_streaming.StreamedResponse):
+                        result.drain()
             except BaseException as error:  # every waiting request must get an answer
                 for _, future in batch:
                     if not future.done():

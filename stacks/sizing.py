@@ -6,10 +6,15 @@ error, not to replace a load test.
 Serving, per GPU, with tensor parallel degree `tp`:
     weights  = (parameters - embedding) x bytes per parameter (fp16/bf16 2, int8 1, fp32 4) / tp
                + embedding x bytes per parameter (fp16 for int8): DeepSpeed keeps the token embedding whole on every GPU
-    KV cache = 2 (keys and values) x layers x hidden size x 2 bytes (fp16 cache, also with int8 weights)
-               x tokens (context) x sequences (max batch size) / tp
+    KV cache = 2 (keys and values) x layers x key/value heads per GPU x head size x 2 bytes (fp16 cache, also with
+               int8 weights) x tokens (context) x sequences (max batch size). Key/value heads per GPU: the model's
+               num_key_value_heads / tp (grouped-query attention keeps fewer of them than query heads; multi-head
+               attention as many, so this is hidden size / tp), at least 1: with more GPUs than key/value heads vLLM
+               copies each head onto several GPUs (vllm/model_executor/models/llama.py, LlamaAttention).
+    LoRA     = with adapters (vLLM): max_loras x max_lora_rank x (inputs + outputs of every LoRA-capable projection)
+               x layers x 2 bytes, counted whole on every GPU (stacks/config/served_adapters.py)
     runtime  = RUNTIME_OVERHEAD_GIB (CUDA context, kernels, NCCL and allocator reserve)
-    fits when weights + KV cache + runtime <= USABLE_FRACTION x GPU memory
+    fits when weights + KV cache + LoRA + runtime <= USABLE_FRACTION x GPU memory
 
 Host memory while the weights load, per instance = ranks loading at once x (weights one rank holds + HOST_OVERHEAD_GIB),
     fits when within USABLE_HOST_FRACTION x the instance's RAM. Ranks: every GPU's process (serving: copies x tensor
@@ -57,10 +62,17 @@ STAGING_VOLUME_MARGIN_GIB = 20
 # checkpoint (config refuses it otherwise), which is sized as stored; fp16 is its Hugging Face load dtype.
 LOAD_DTYPE = {"fp32": "fp32", "fp16": "fp16", "bf16": "bf16", "int8": "fp16"}
 
-# Container start-up = download the weights from S3 + load them onto the GPUs. 15 s per GiB of weights (about
-# 70 MB/s end to end) plus 5 minutes of fixed cost, kept within SageMaker's 10-60 minute window.
+# An instance's start: SageMaker copies the model data (the uncompressed weights prefix, ModelDataSource) to
+# /opt/ml/model under ModelDataDownloadTimeoutInSeconds, then the container loads the weights from that local disk onto
+# the GPUs under ContainerStartupHealthCheckTimeoutInSeconds. The project's earlier budget for the handler's own
+# download plus the load was 15 s per GiB (about 70 MB/s end to end) plus 5 minutes; AWS publishes no throughput for
+# its model-data copy, so the same total is split: 10 s per GiB for the copy (about 100 MiB/s) plus 2 minutes, and
+# 5 s per GiB for reading local files onto the GPUs plus 5 minutes (imports, DeepSpeed's kernels, warm-up). Each stays
+# within SageMaker's window for it (the API takes 60-3600 s; below 10 minutes only by hand).
+DOWNLOAD_FIXED_SECONDS = 120
+DOWNLOAD_SECONDS_PER_GIB = 10
 STARTUP_FIXED_SECONDS = 300
-STARTUP_SECONDS_PER_GIB = 15
+STARTUP_SECONDS_PER_GIB = 5
 TIMEOUT_MIN_SECONDS, TIMEOUT_MAX_SECONDS = 600, 3600
 
 
@@ -71,24 +83,34 @@ class ServingFit:
     runtime_gib: float
     capacity_gib: float  # usable memory of one GPU
     copies_per_instance: int  # model copies (DJL workers) per instance: GPUs / tensor parallel degree
+    lora_gib: float = 0.0  # per GPU: vLLM's LoRA slots for adapters (stacks/config/served_adapters.py)
 
     @property
     def total_gib(self) -> float:
-        return self.weights_gib + self.kv_cache_gib + self.runtime_gib
+        return self.weights_gib + self.kv_cache_gib + self.runtime_gib + self.lora_gib
 
     @property
     def fits(self) -> bool:
         return self.total_gib <= self.capacity_gib
 
     def describe(self) -> str:
+        adapters = f" + LoRA slots {self.lora_gib:.1f}" if self.lora_gib else ""
         return (
             f"{self.total_gib:.1f} GiB of {self.capacity_gib:.1f} GiB usable per GPU "
-            f"(weights {self.weights_gib:.1f} + KV cache {self.kv_cache_gib:.1f} + runtime {self.runtime_gib:.1f})"
+            f"(weights {self.weights_gib:.1f} + KV cache {self.kv_cache_gib:.1f}{adapters} + runtime "
+            f"{self.runtime_gib:.1f})"
         )
 
 
 def serving_fit(
-    model: Model, dtype: str, tensor_parallel_degree: int, instance: InstanceType, *, batch_size: int, tokens: int
+    model: Model,
+    dtype: str,
+    tensor_parallel_degree: int,
+    instance: InstanceType,
+    *,
+    batch_size: int,
+    tokens: int,
+    lora_gib: float = 0.0,
 ) -> ServingFit:
     tp = tensor_parallel_degree
     # DeepSpeed's tensor parallelism splits the transformer layers, not the token embedding: every GPU holds it whole,
@@ -98,14 +120,37 @@ def serving_fit(
     layers_bytes = (model.parameters - embedding) * BYTES_PER_PARAMETER[dtype] / tp
     embedding_bytes = embedding * BYTES_PER_PARAMETER["fp16" if dtype == "int8" else dtype]
     weights = (layers_bytes + embedding_bytes) / GIB
-    kv = 2 * model.layers * model.hidden_size * KV_CACHE_BYTES * tokens * batch_size / tp / GIB
+    kv = 2 * model.layers * kv_heads_per_gpu(model, tp) * model.head_dim * KV_CACHE_BYTES * tokens * batch_size / GIB
     return ServingFit(
         weights_gib=weights,
         kv_cache_gib=kv,
         runtime_gib=RUNTIME_OVERHEAD_GIB,
         capacity_gib=instance.gpu.memory_gib * USABLE_FRACTION,
         copies_per_instance=instance.gpu_count // tp,
+        lora_gib=lora_gib,
     )
+
+
+def kv_heads_per_gpu(model: Model, tensor_parallel_degree: int) -> int:
+    """The key/value heads each GPU caches: its share of them, or one copy of a head when there are more GPUs."""
+    return max(1, model.kv_heads // tensor_parallel_degree)
+
+
+def splits_heads(model: Model, tensor_parallel_degree: int, engine: str) -> bool:
+    """Whether `engine` can split the model's attention over `tensor_parallel_degree` GPUs. Both split the query
+    heads evenly. vLLM splits the key/value heads evenly, or copies each onto a whole number of GPUs when there are
+    more GPUs than heads (its LlamaAttention, Qwen2Attention: "assert total_num_kv_heads % tp_size == 0", else
+    "assert tp_size % total_num_kv_heads == 0"). DeepSpeed's AutoTP gives each rank whole key/value heads and ranks
+    beyond their number none (module_inject/tp_shard.py, get_shard_size @v0.12.6), so it needs an even split."""
+    tp, kv = tensor_parallel_degree, model.kv_heads
+    if model.attention_heads % tp:
+        return False
+    return kv % tp == 0 or (engine == "vllm" and tp % kv == 0)
+
+
+def head_splits(model: Model, engine: str, gpus: int) -> list[int]:
+    """The tensor parallel degrees up to `gpus` that divide the GPUs and split the model's heads on `engine`."""
+    return [tp for tp in range(1, gpus + 1) if gpus % tp == 0 and splits_heads(model, tp, engine)]
 
 
 def weights_gib(model: Model, dtype: str) -> float:
@@ -128,10 +173,27 @@ def download_gib(model: Model, dtype: str, checkpoint: DeepSpeedCheckpoint | Non
     return weights_gib(model, LOAD_DTYPE[dtype])
 
 
-def startup_timeout_seconds(model: Model, dtype: str, checkpoint: DeepSpeedCheckpoint | None = None) -> int:
-    """A container start-up health-check timeout sized from the weights each host downloads and loads."""
-    seconds = STARTUP_FIXED_SECONDS + STARTUP_SECONDS_PER_GIB * download_gib(model, dtype, checkpoint)
+def _window(seconds: float) -> int:
     return int(min(max(math.ceil(seconds / 60) * 60, TIMEOUT_MIN_SECONDS), TIMEOUT_MAX_SECONDS))
+
+
+def startup_timeout_seconds(model: Model, dtype: str, checkpoint: DeepSpeedCheckpoint | None = None) -> int:
+    """A container start-up health-check timeout sized from the weights each host loads from its local copy."""
+    return _window(STARTUP_FIXED_SECONDS + STARTUP_SECONDS_PER_GIB * download_gib(model, dtype, checkpoint))
+
+
+def delivered_gib(model: Model, checkpoint: DeepSpeedCheckpoint | None = None) -> float:
+    """What SageMaker copies onto every host: the checkpoint as stored, or a Hugging Face folder, which may hold fp32
+    weights whatever dtype is served (sized as staging_volume_gib sizes it)."""
+    if checkpoint is not None:
+        return sum(checkpoint_parts_gib(model, checkpoint))
+    return weights_gib(model, "fp32")
+
+
+def download_timeout_seconds(model: Model, dtype: str, checkpoint: DeepSpeedCheckpoint | None = None) -> int:
+    """A model-data download timeout sized from the weights SageMaker copies onto each host (`dtype` is served, not
+    stored: it does not change what is copied)."""
+    return _window(DOWNLOAD_FIXED_SECONDS + DOWNLOAD_SECONDS_PER_GIB * delivered_gib(model, checkpoint))
 
 
 def staging_volume_gib(model: Model, staged: StagedWeights) -> int:
@@ -199,6 +261,13 @@ def serving_host_fit(
     )
 
 
+def copy_memory_mb(host: HostFit, tensor_parallel_degree: int) -> int:
+    """An inference component copy's MinMemoryRequiredInMb: the host memory its ranks hold while loading (HostFit's
+    per-rank peak, times the tensor parallel degree), in SageMaker's MB, which are MiB (its MemoryReservation metric:
+    1024 MB reserved on a 32 GiB instance is 3.125%)."""
+    return math.ceil(tensor_parallel_degree * host.per_rank_gib * 1024)
+
+
 def training_host_fit(model: Model, instance: InstanceType, *, processes: int) -> HostFit:
     """Host memory while a training instance loads the pretrained weights: every process builds the whole model and
     reads the whole stored state dict into it (two fp32 copies at most)."""
@@ -226,7 +295,7 @@ def suggest_host_serving(
                 f"serve its pre-sharded DeepSpeed checkpoint {checkpoint.hf_id} instead (weights: {{checkpoint: "
                 f"{checkpoint.name}, allow_pickle: true}}, tensor_parallel_degree {tp}): {host.describe()}"
             )
-    cheapest = _cheapest_fitting(model, dtype, batch_size=batch_size, tokens=tokens, loading_engine=engine)
+    cheapest = _cheapest_fitting(model, dtype, engine, batch_size=batch_size, tokens=tokens, check_host=True)
     if cheapest:
         other, tp, host = cheapest
         return f"the cheapest instance type where it loads is {other.name} with tensor_parallel_degree {tp}: {host}"
@@ -234,40 +303,41 @@ def suggest_host_serving(
 
 
 def _cheapest_fitting(
-    model: Model, dtype: str, *, batch_size: int, tokens: int, loading_engine: str | None = None
+    model: Model, dtype: str, engine: str, *, batch_size: int, tokens: int, check_host: bool = False
 ) -> tuple[InstanceType, int, str] | None:
-    """The cheapest instance type whose GPUs hold the model (and, given the engine, whose host memory holds its
+    """The cheapest instance type whose GPUs hold the model (and, with check_host, whose host memory holds its
     load), its smallest tensor parallel degree there, and the fit that decided it, described."""
     for other in sorted(INSTANCE_TYPES.values(), key=lambda i: i.hourly_usd):
         if dtype == "bf16" and not other.gpu.bf16:
             continue
-        found = smallest_fitting_tp(model, dtype, other, batch_size=batch_size, tokens=tokens)
+        found = smallest_fitting_tp(model, dtype, other, engine, batch_size=batch_size, tokens=tokens)
         if not found:
             continue
-        if loading_engine is None:
+        if not check_host:
             return other, found[0], found[1].describe()
-        host = serving_host_fit(model, dtype, found[0], other, engine=loading_engine)
+        host = serving_host_fit(model, dtype, found[0], other, engine=engine)
         if host.fits:
             return other, found[0], host.describe()
     return None
 
 
 def smallest_fitting_tp(
-    model: Model, dtype: str, instance: InstanceType, *, batch_size: int, tokens: int
+    model: Model, dtype: str, instance: InstanceType, engine: str, *, batch_size: int, tokens: int
 ) -> tuple[int, ServingFit] | None:
-    """The smallest tensor parallel degree that divides the GPUs and the heads and fits, if any."""
-    for tp in range(1, instance.gpu_count + 1):
-        if instance.gpu_count % tp == 0 and model.attention_heads % tp == 0:
-            fit = serving_fit(model, dtype, tp, instance, batch_size=batch_size, tokens=tokens)
-            if fit.fits:
-                return tp, fit
+    """The smallest tensor parallel degree that divides the GPUs, splits the heads on `engine` and fits, if any."""
+    for tp in head_splits(model, engine, instance.gpu_count):
+        fit = serving_fit(model, dtype, tp, instance, batch_size=batch_size, tokens=tokens)
+        if fit.fits:
+            return tp, fit
     return None
 
 
-def suggest_serving(model: Model, dtype: str, instance: InstanceType, *, batch_size: int, tokens: int) -> str:
+def suggest_serving(
+    model: Model, dtype: str, instance: InstanceType, engine: str, *, batch_size: int, tokens: int
+) -> str:
     """What would fit instead: more tensor parallelism here, the model's pre-sharded int8 checkpoint here, or the
     cheapest instance type that fits."""
-    found = smallest_fitting_tp(model, dtype, instance, batch_size=batch_size, tokens=tokens)
+    found = smallest_fitting_tp(model, dtype, instance, engine, batch_size=batch_size, tokens=tokens)
     if found:
         return f"tensor_parallel_degree {found[0]} fits on {instance.name}: {found[1].describe()}"
     # int8 only from a pre-sharded checkpoint: DeepSpeed quantizes while loading one, never a Hugging Face model.
@@ -282,7 +352,7 @@ def suggest_serving(model: Model, dtype: str, instance: InstanceType, *, batch_s
                 f"{checkpoint.name}, allow_pickle: true}}) with tensor_parallel_degree {tp} fits on {instance.name}: "
                 f"{fit.describe()}"
             )
-    cheapest = _cheapest_fitting(model, dtype, batch_size=batch_size, tokens=tokens)
+    cheapest = _cheapest_fitting(model, dtype, engine, batch_size=batch_size, tokens=tokens)
     if cheapest:
         other, tp, fit = cheapest
         return f"the cheapest instance type where {dtype} fits is {other.name} with tensor_parallel_degree {tp}: {fit}"

@@ -9,7 +9,6 @@ from aws_cdk import aws_iam as iam
 from aws_cdk.region_info import RegionInfo
 from constructs import Construct
 
-from stacks import serving_properties
 from stacks.catalog import images
 from stacks.config import PlatformConfig
 from stacks.constructs.training_pipeline.definition import PipelineNames
@@ -97,9 +96,8 @@ class PlatformStage(Stage):
                 images.processing_image(stage.region, stage.training.evaluate_instance_type),
             ],
             serving_images=[serving_image],
+            staging_images=[images.processing_image(stage.region, stage.training.processing_instance_type)],
         )
-
-        rendered_properties = serving_properties.render(stage.serving, stage_name=stage_name)
 
         self.training = TrainingStack(
             self,
@@ -111,12 +109,13 @@ class PlatformStage(Stage):
             serving=stage.serving,
             names=names,
             training_role=self.storage.training_role.role,
+            staging_role=self.storage.staging_role.role,
+            token_secret=stage.huggingface_token_secret,
             data_bucket=self.storage.data_bucket,
             models_bucket=self.storage.models_bucket,
             artifacts_bucket=self.storage.artifacts_bucket,
             encryption_key=self.storage.key,
             serving_image=serving_image,
-            serving_properties=rendered_properties,
             forward_model_approvals_to=forward_approvals,
         )
 
@@ -129,11 +128,9 @@ class PlatformStage(Stage):
             serving=stage.serving,
             endpoint_name=prefix,
             image_uri=serving_image,
-            serving_properties=rendered_properties,
             hosting_role=self.storage.hosting_role.role,
             models_bucket=self.storage.models_bucket,
             data_bucket=self.storage.data_bucket,
-            artifacts_bucket=self.storage.artifacts_bucket,
             encryption_key=self.storage.key,
             model_package_group=names.model_package_group,
             finetune_pipeline_name=names.finetune,

@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from aws_cdk import ArnFormat, CfnOutput, DefaultStackSynthesizer, Duration, RemovalPolicy, Stack
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_secretsmanager as secretsmanager
 from cdk_nag import NagPackSuppression, NagSuppressions
 from constructs import Construct
 
-from stacks import layout
+from stacks import compliance, layout
 from stacks.config import StageConfig
 from stacks.constructs import key_policy
 from stacks.constructs.execution_role import SageMakerExecutionRole
@@ -33,6 +35,7 @@ class StorageStack(Stack):
             their own policies allow.
         training_images: container images training and processing jobs run; the training role may pull only these.
         serving_images: container images endpoints run; the hosting role may pull only these.
+        staging_images: container images the weights-staging jobs run; the staging role may pull only these.
     """
 
     def __init__(
@@ -44,6 +47,7 @@ class StorageStack(Stack):
         key_user_role_path: str,
         training_images: list[str],
         serving_images: list[str],
+        staging_images: list[str],
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -144,6 +148,10 @@ class StorageStack(Stack):
             **buckets,
         )
 
+        # Of pretrained/, only the prefixes of the repositories this stage stages (StagedWeights: the staging jobs
+        # write them, training reads its own).
+        staged = sorted({w.prefix for w in (stage.training.staged_weights, stage.serving.staged_weights) if w})
+
         # Training and processing jobs: read raw data and code, prepare and evaluate data, read pretrained weights,
         # write checkpoints (SageMaker syncs deletions) and the fine-tuned weights.
         self.training_role = SageMakerExecutionRole(
@@ -155,16 +163,19 @@ class StorageStack(Stack):
         )
         self.training_role.allow_read(self.data_bucket, layout.RAW_DATA, layout.PREPARED_DATA, layout.EVALUATION)
         self.training_role.allow_write(self.data_bucket, layout.PREPARED_DATA, layout.EVALUATION)
-        # Of pretrained/, only the prefixes of the repositories this stage stages (StagedWeights: the staging jobs
-        # write them, training reads its own).
-        staged = sorted({w.prefix for w in (stage.training.staged_weights, stage.serving.staged_weights) if w})
         self.training_role.allow_read(self.models_bucket, *staged, layout.CHECKPOINTS, layout.TRAINED)
-        self.training_role.allow_write(self.models_bucket, *staged, layout.TRAINED)
+        # The weights-staging jobs write pretrained/. A stage with a Hugging Face token (gated models) runs them with a
+        # role of their own, the only one that may read the token and write pretrained/; otherwise the training role
+        # runs them.
+        token_secret = stage.huggingface_token_secret
+        self.training_role.allow_write(self.models_bucket, *(staged if token_secret is None else ()), layout.TRAINED)
         self.training_role.allow_write(self.models_bucket, layout.CHECKPOINTS, delete=True)
         self.training_role.allow_read(self.artifacts_bucket, layout.CODE)
         self.training_role.allow_key(self.key, encrypt=True)
         self.training_role.allow_volume_encryption(self.key)
         self.training_role.allow_pull(*training_images)
+        self.staging_role = self.training_role if token_secret is None else self._staging_role(staged, staging_images)
+        self.huggingface_token = self._huggingface_token(token_secret, removal)
 
         # Endpoints: read the weights and the inference code, write captured requests when data capture is on.
         self.hosting_role = SageMakerExecutionRole(
@@ -194,6 +205,7 @@ class StorageStack(Stack):
             [
                 self.training_role.role.role_arn,
                 self.hosting_role.role.role_arn,
+                *([self.staging_role.role.role_arn] if self.staging_role is not self.training_role else []),
                 # The training and serving stacks' roles (the pipelines' role, the code-packaging handlers), by path.
                 self.format_arn(service="iam", region="", resource="role", resource_name=f"{role_path.strip('/')}/*"),
             ],
@@ -210,6 +222,100 @@ class StorageStack(Stack):
             actions=["kms:Encrypt", "kms:Decrypt"],
             conditions={"StringEquals": {"kms:ViaService": f"lambda.{self.region}.{self.url_suffix}"}},
         )
+
+    def _staging_role(self, staged: list[str], images: list[str]) -> SageMakerExecutionRole:
+        """The weights-staging jobs' own role: write the staged repositories' prefixes, read the code, use the key."""
+        role = SageMakerExecutionRole(
+            self,
+            "StagingRole",
+            description="Runs the weights-staging jobs: copies Hugging Face repositories into pretrained/",
+            log_groups=["/aws/sagemaker/ProcessingJobs"],
+            metric_namespaces=["/aws/sagemaker/ProcessingJobs"],
+        )
+        role.allow_read(self.models_bucket, *staged)
+        role.allow_write(self.models_bucket, *staged)
+        role.allow_read(self.artifacts_bucket, layout.CODE)
+        role.allow_key(self.key, encrypt=True)
+        role.allow_volume_encryption(self.key)
+        role.allow_pull(*images)
+        return role
+
+    def _huggingface_token(self, name: str | None, removal: RemovalPolicy) -> secretsmanager.CfnSecret | None:
+        """The secret the staging jobs read a Hugging Face token from, created empty: people put the token with
+        `aws secretsmanager put-secret-value`, so it is never in a template, a parameter or the CDK's inputs. Encrypted
+        with the stage key; only the staging role may read it."""
+        if name is None:
+            return None
+        # Neither SecretString nor GenerateSecretString: "If you omit both ... you create an empty secret" (the
+        # CloudFormation schema of AWS::SecretsManager::Secret). The CDK's Secret would generate a random value.
+        secret = secretsmanager.CfnSecret(
+            self,
+            "HuggingFaceToken",
+            name=name,
+            description="Hugging Face read token for staging gated models; put it with aws secretsmanager "
+            "put-secret-value. Only the staging role can read it",
+            kms_key_id=self.key.key_arn,
+        )
+        secret.apply_removal_policy(removal)
+        NagSuppressions.add_resource_suppressions(
+            secret, [NagPackSuppression(id="AwsSolutions-SMG4", reason=compliance.HUGGINGFACE_TOKEN_ROTATION)]
+        )
+        reader = self.staging_role.role.role_arn
+        self.staging_role.role.add_to_policy(
+            iam.PolicyStatement(
+                sid="ReadHuggingFaceToken", actions=["secretsmanager:GetSecretValue"], resources=[secret.ref]
+            )
+        )
+        # An explicit deny in the secret's own policy: no other principal of the account reads the token, whatever
+        # its IAM policies allow (administrators still put new values and manage the secret).
+        secretsmanager.CfnResourcePolicy(
+            self,
+            "HuggingFaceTokenPolicy",
+            secret_id=secret.ref,
+            block_public_policy=True,
+            resource_policy={
+                "Version": "2012-10-17",
+                "Statement": [
+                    {
+                        "Sid": "OnlyTheStagingRoleReads",
+                        "Effect": "Deny",
+                        "Principal": {"AWS": "*"},
+                        "Action": "secretsmanager:GetSecretValue",
+                        "Resource": "*",
+                        "Condition": {"StringNotEquals": {"aws:PrincipalArn": reader}},
+                    },
+                    {
+                        "Sid": "TheStagingRoleReads",
+                        "Effect": "Allow",
+                        "Principal": {"AWS": reader},
+                        "Action": "secretsmanager:GetSecretValue",
+                        "Resource": "*",
+                    },
+                ],
+            },
+        )
+        # Whoever puts the token encrypts it with the stage key through Secrets Manager, for this secret only; only
+        # the staging role (a key user above) decrypts it. The secret's ARN is matched by its name (Secrets Manager
+        # appends six random characters): naming the secret itself would make the key depend on the secret that
+        # depends on the key.
+        key_policy.allow_principals(
+            self.key,
+            "PutHuggingFaceToken",
+            [self.format_arn(service="iam", region="", resource="*")],
+            actions=["kms:GenerateDataKey"],
+            conditions={
+                "StringEquals": {"kms:ViaService": f"secretsmanager.{self.region}.{self.url_suffix}"},
+                "StringLike": {
+                    "kms:EncryptionContext:SecretARN": self.format_arn(
+                        service="secretsmanager",
+                        resource="secret",
+                        resource_name=f"{name}-??????",
+                        arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                    )
+                },
+            },
+        )
+        return secret
 
     def _bootstrap_role(self, template: str) -> str:
         """A CDK bootstrap role's ARN from its synthesizer template, with the qualifier the synthesizer reads from
@@ -233,5 +339,10 @@ class StorageStack(Stack):
             "KeyArn": self.key.key_arn,
             "TrainingRoleArn": self.training_role.role.role_arn,
             "HostingRoleArn": self.hosting_role.role.role_arn,
+            **(
+                {"StagingRoleArn": self.staging_role.role.role_arn}
+                if self.staging_role is not self.training_role
+                else {}
+            ),
         }.items():
             CfnOutput(self, name, value=value)

@@ -62,10 +62,13 @@ def smp_parameters(training: TrainingConfig) -> dict[str, Any]:
     }
 
 
-def hyperparameters(training: TrainingConfig, *, max_steps: Any, learning_rate: Any, train_batch_size: Any) -> dict:
-    """train.py's flags (names from training/finetune/hyperparameters.py). The three run parameters may be
-    pipeline variables; at synth they are checked with the config's defaults."""
-    return {
+def hyperparameters(
+    training: TrainingConfig, *, max_steps: Any, learning_rate: Any, train_batch_size: Any, base_revision: Any = None
+) -> dict:
+    """train.py's flags (names from training/finetune/hyperparameters.py). The three run parameters, and the base
+    model's commit an adapter records, may be pipeline variables; at synth they are checked with the config's
+    defaults."""
+    flags = {
         "max_steps": max_steps,
         "lr": learning_rate,
         "train_batch_size": train_batch_size,
@@ -80,8 +83,28 @@ def hyperparameters(training: TrainingConfig, *, max_steps: Any, learning_rate: 
         "checkpoint_freq": training.checkpoint_freq,
         "num_kept_checkpoints": training.num_kept_checkpoints,
         "seed": training.seed,
-        "backend": f"smp_v{training.smp.version}",
+        "backend": backend_name(training),
     }
+    if training.method != "full":
+        lora = training.lora
+        flags.update(
+            {
+                "method": training.method,
+                "lora_r": lora.r,
+                "lora_alpha": lora.alpha,
+                "lora_dropout": lora.dropout,
+                "lora_target_modules": lora.target_modules_flag,
+                "base_model_name": training.model,
+                "base_model_id": training.staged_weights.hf_id,
+                "base_model_revision": base_revision,
+            }
+        )
+    return flags
+
+
+def backend_name(training: TrainingConfig) -> str:
+    """train.py's --backend: SMP for full fine-tuning, plain PyTorch (DDP) under the adapters."""
+    return f"smp_v{training.smp.version}" if training.method == "full" else "torch"
 
 
 def check_with_train_py(training: TrainingConfig) -> None:
@@ -103,12 +126,13 @@ def check_with_train_py(training: TrainingConfig) -> None:
         max_steps=training.max_steps,
         learning_rate=training.learning_rate,
         train_batch_size=training.train_batch_size,
+        base_revision=training.pretrained.revision,
     )
     argv = [item for name, value in {**flags, **CONTAINER_PATHS}.items() for item in (f"--{name}", str(value))]
-    backend = f"smp_v{training.smp.version}"
+    backend = backend_name(training)
     try:
         hp, _ = parse_hyperparameters(argv, environ={})
-        layout = parse_layout(smp_parameters(training))
+        layout = parse_layout(smp_parameters(training) if training.method == "full" else {})
         check_layout(hp, layout, backend, training.world_size)
         check_model_for_layout(training.catalog_model.architecture, layout, backend)
         python = _python_version(training_framework(training.smp.version)[1])

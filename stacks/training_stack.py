@@ -14,8 +14,8 @@ from constructs import Construct
 
 from stacks import code_archives
 from stacks.config import ServingConfig, TrainingConfig
-from stacks.constructs.execution_role import event_rule_role
-from stacks.constructs.training_pipeline import TrainingPipelines
+from stacks.constructs.execution_role import event_rule_role, vpc_access_policy
+from stacks.constructs.training_pipeline import TrainingPipelines, registration
 from stacks.constructs.training_pipeline.definition import PipelineNames
 
 
@@ -34,9 +34,10 @@ class TrainingStack(Stack):
     Args:
         training, serving: the stage's configs (serving says what a registered model will run on).
         names: names of the pipelines and of the model package group.
-        serving_image, serving_properties: the LMI image and rendered serving.properties a registered model carries.
+        serving_image: the LMI image a registered model package runs in.
         forward_model_approvals_to: (account, region) of the promotion pipeline when it is elsewhere.
-        The rest: the stage's storage and the role the jobs run with.
+        token_secret: the name of the stage's Hugging Face token secret (gated models), if any.
+        The rest: the stage's storage and the roles the jobs run with.
     """
 
     def __init__(
@@ -48,26 +49,31 @@ class TrainingStack(Stack):
         serving: ServingConfig,
         names: PipelineNames,
         training_role: iam.IRole,
+        staging_role: iam.IRole,
         data_bucket: s3.IBucket,
         models_bucket: s3.IBucket,
         artifacts_bucket: s3.IBucket,
         encryption_key: kms.IKey,
         serving_image: str,
-        serving_properties: str,
         forward_model_approvals_to: tuple[str, str] | None = None,
+        token_secret: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
-        # The jobs' code, and the inference code a registered model package carries.
+        # The jobs' code, and the handler a registered package's weights carry (engine deepspeed; registration.py):
+        # published once per content in the artifacts bucket, where the Evaluate job copies it from.
         self.training_code = code_archives.training_code(self, bucket=artifacts_bucket, encryption_key=encryption_key)
-        self.registry_code = code_archives.inference_code(
-            self,
-            "RegistryInferenceCode",
-            bucket=artifacts_bucket,
-            encryption_key=encryption_key,
-            engine=serving.engine,
-            serving_properties=serving_properties,
-            use="registry",
+        self.registry_handler = (
+            code_archives.served_handler(
+                self,
+                "RegistryHandler",
+                engine=serving.engine,
+                weights_uri=artifacts_bucket.s3_url_for_object(registration.HANDLER_PREFIX),
+                log_key=encryption_key,
+                weights_key=encryption_key,
+            )
+            if registration.serves_handler(serving, training)
+            else None
         )
         self.pipelines = TrainingPipelines(
             self,
@@ -76,14 +82,34 @@ class TrainingStack(Stack):
             serving=serving,
             names=names,
             training_role=training_role,
+            staging_role=staging_role,
             data_bucket=data_bucket,
             models_bucket=models_bucket,
             artifacts_bucket=artifacts_bucket,
             encryption_key=encryption_key,
             training_code=self.training_code,
-            inference_code=self.registry_code,
+            handler=self.registry_handler,
             serving_image=serving_image,
+            token_secret=token_secret,
         )
+        # Every job of both pipelines runs in training.vpc when it is set (definition.network): SageMaker creates
+        # their network interfaces with the role each job runs with.
+        self.vpc_access = (
+            vpc_access_policy(
+                self,
+                "JobsVpcAccess",
+                role=training_role,
+                vpc=training.vpc,
+                jobs=True,
+                also=(staging_role,) if staging_role is not training_role else (),
+            )
+            if training.vpc is not None
+            else None
+        )
+        if self.vpc_access is not None:
+            # An execution started right after a deploy must find the permissions there.
+            self.pipelines.finetune.node.add_dependency(self.vpc_access)
+            self.pipelines.staging.node.add_dependency(self.vpc_access)
         self.finetune_pipeline_output = CfnOutput(self, "FinetunePipelineName", value=names.finetune)
         CfnOutput(self, "StagingPipelineName", value=names.staging)
         CfnOutput(self, "ModelPackageGroupName", value=names.model_package_group)

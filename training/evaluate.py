@@ -4,7 +4,9 @@ validation blocks, written as SageMaker model-quality JSON so a JsonGet on `metr
     {"metrics": {"perplexity": {"value": X}, "loss": {"value": Y}}, "tokens": N}
 
 The model folder is the training job's output: an HF folder, or one holding the `model.tar.gz` SageMaker packs
-SM_MODEL_DIR into (extracted first). Uses the same token-weighted loss as train.py's validation.
+SM_MODEL_DIR into (extracted first). A LoRA / QLoRA job's output is an adapter folder (adapter_config.json): it is
+applied through PEFT to the base model in --base_model_dir (the staged weights it was trained on; 4-bit again for a
+QLoRA adapter, as it was trained). Uses the same token-weighted loss as train.py's validation.
 
   python evaluate.py                                     # SageMaker Processing: /opt/ml/processing/... defaults
   python evaluate.py --model_dir out/model --validation_dir data/validation --output_dir out/evaluation
@@ -23,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from finetune.adapters import ADAPTER_CONFIG_FILE
 from finetune.data import read_blocks
 from finetune.errors import ConfigurationError
 from finetune.hyperparameters import parse_int
@@ -47,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--output_dir", default="/opt/ml/processing/evaluation", help=f"where {EVALUATION_FILE} goes")
     parser.add_argument("--batch_size", type=parse_int, default=4, help="blocks per forward")
+    parser.add_argument(
+        "--base_model_dir", default="/opt/ml/processing/base", help="the base model's HF folder, for an adapter"
+    )
     return parser
 
 
@@ -68,21 +74,39 @@ def locate_model(model_dir: Path, scratch: Path) -> Path:
         with tarfile.open(archive_path, "r:gz") as archive:
             archive.extractall(scratch, members=_safe_members(archive, scratch))
         model_dir = scratch
-    if not (model_dir / "config.json").is_file():
-        raise ConfigurationError(f"{model_dir} has no config.json (nor a {MODEL_ARCHIVE} with one)")
+    if not (model_dir / "config.json").is_file() and not (model_dir / ADAPTER_CONFIG_FILE).is_file():
+        raise ConfigurationError(
+            f"{model_dir} has neither config.json nor {ADAPTER_CONFIG_FILE} (nor a {MODEL_ARCHIVE} with one)"
+        )
     return model_dir
 
 
-def evaluate(model_dir: Path, validation_dir: str, batch_size: int) -> dict[str, Any]:
+def _load_model(model_dir: Path, base_model_dir: str | None, device: Any) -> Any:
     import torch
     from finetune.modeling import load_hf_model
 
-    blocks = read_blocks(validation_dir, "validation")
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model = load_hf_model(str(model_dir))  # transformers 4.21 (the SMP v1 pin) cannot read safetensors itself
+    if not (model_dir / ADAPTER_CONFIG_FILE).is_file():
+        model = load_hf_model(str(model_dir))  # transformers 4.21 (the SMP v1 pin) cannot read safetensors itself
+    else:
+        from finetune.backends.lora import load_adapter_model
+
+        model = load_adapter_model(model_dir, base_model_dir, device)
     if device.type == "cpu" and model.dtype in (torch.float16, torch.bfloat16):
         model = model.float()  # half-precision matmuls are slow or missing on CPU
-    model = model.to(device).eval()
+    return model
+
+
+def evaluate(
+    model_dir: Path, validation_dir: str, batch_size: int, base_model_dir: str | None = None
+) -> dict[str, Any]:
+    import torch
+
+    blocks = read_blocks(validation_dir, "validation")
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = _load_model(model_dir, base_model_dir, device)
+    if not getattr(model, "is_loaded_in_4bit", False):  # a 4-bit model is placed on its GPU as it loads
+        model = model.to(device)
+    model = model.eval()
 
     def mean_loss(batch: torch.Tensor) -> torch.Tensor:
         batch = batch.to(device)
@@ -100,7 +124,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.batch_size < 1:
             raise ConfigurationError(f"--batch_size must be at least 1, got {args.batch_size}")
         with tempfile.TemporaryDirectory() as scratch:
-            report = evaluate(locate_model(Path(args.model_dir), Path(scratch)), args.validation_dir, args.batch_size)
+            report = evaluate(
+                locate_model(Path(args.model_dir), Path(scratch)),
+                args.validation_dir,
+                args.batch_size,
+                args.base_model_dir,
+            )
     except ConfigurationError as error:
         print(f"evaluate.py: error: {error}", file=sys.stderr, flush=True)
         return 2

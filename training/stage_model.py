@@ -28,6 +28,11 @@ With --deepspeed_tp_size/--deepspeed_dtype the repository is a pre-sharded DeepS
 ds_inference_config.json must describe exactly that split and dtype in the form DeepSpeed's kernel-injection loader
 reads, and every file it lists is copied (a listed file the repository lacks fails the staging, not the endpoint's
 start-up 40 minutes later).
+
+A gated repository (Llama, Mistral) answers only requests with the token of an account its owner let in. With
+--hf_token_secret the job reads that token from the Secrets Manager secret of that name (the stage's, readable only by
+the staging role) and hands it to the hub client's calls: it is never an argument, an environment variable or a line
+of the job's log.
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ COMMIT = re.compile(r"[0-9a-f]{40}")
 # A branch or tag name without '/': never refs/pr/<n> (anyone may open a pull request on the hub) or refs/convert/*.
 BRANCH = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 PIPELINE_HINT = "serving.weights or training.pretrained in the stage config"
+TOKEN_HINT = "stages.<stage>.huggingface_token_secret in the stage config"
 
 
 class StagingError(Exception):
@@ -82,15 +88,50 @@ class Keys(NamedTuple):
 # --- which commit and which files --------------------------------------------------------------------------------
 
 
-def resolve(hub, model_id: str, revision: str) -> str:
+def read_token(secrets, secret_id: str) -> str:
+    """The Hugging Face token in the secret `secret_id` (its current value), or a StagingError that says how to put
+    one there. The token itself is never part of a message."""
+    from botocore.exceptions import ClientError
+
+    try:
+        value = secrets.get_secret_value(SecretId=secret_id)
+    except ClientError as error:
+        code = error.response.get("Error", {}).get("Code", "")
+        if code == "ResourceNotFoundException":
+            raise StagingError(
+                f"the secret {secret_id} holds no Hugging Face token yet (or does not exist): put one with `aws "
+                f"secretsmanager put-secret-value --secret-id {secret_id} --secret-string <token>` (a read token of an "
+                "account the repository's owner granted access)"
+            ) from None
+        raise StagingError(f"cannot read the secret {secret_id} ({code}): {error}") from None
+    token = (value.get("SecretString") or "").strip()
+    if not token:
+        raise StagingError(f"the secret {secret_id} is empty: put a Hugging Face read token in it")
+    return token
+
+
+def resolve(hub, model_id: str, revision: str, token: str | None = None, token_source: str | None = None) -> str:
     """The commit `revision` names on the hub: a full commit only if the hub has exactly it; a branch's head."""
+    from huggingface_hub.errors import GatedRepoError
+
     abbreviated = re.fullmatch(r"[0-9a-f]{4,39}", revision)
     if not (COMMIT.fullmatch(revision) or BRANCH.fullmatch(revision)) or abbreviated:
         raise StagingError(
             f"revision {revision!r} of {model_id} is neither a full 40-hex commit nor a branch name: refs such as "
             "refs/pr/<n> serve files anyone can push, and a short commit could match another one"
         )
-    commit = hub.model_info(model_id, revision=revision).sha
+    try:
+        commit = hub.model_info(model_id, revision=revision, token=token).sha
+    except GatedRepoError:
+        if token is None:
+            raise StagingError(
+                f"{model_id} is gated on the Hugging Face Hub and the job was given no token: set {TOKEN_HINT}, and "
+                "put a token of an account with access in that secret"
+            ) from None
+        raise StagingError(
+            f"{model_id} is gated on the Hugging Face Hub and the token in {token_source} has no access to it: "
+            f"accept the model's terms on huggingface.co/{model_id} with the account the token belongs to"
+        ) from None
     if not commit or not COMMIT.fullmatch(commit):
         raise StagingError(f"the hub named no commit for {model_id}@{revision} (got {commit!r})")
     if COMMIT.fullmatch(revision) and commit != revision:
@@ -170,14 +211,16 @@ def stage(
     hub=None,
     deepspeed: tuple[int, str] | None = None,
     allow_pickle: bool = False,
+    token: str | None = None,
 ) -> list[Path]:
     """Download what loading the model needs, at `revision` (a commit, as run() passes it), into `output_dir`; return
     the files, biggest first. `deepspeed`: (tensor parallel degree, dtype) of the pre-sharded DeepSpeed checkpoint the
-    repository must be. Everything is checked before the first byte of weights is downloaded."""
+    repository must be. `token`: for a gated repository. Everything is checked before the first byte of weights is
+    downloaded."""
     if hub is None:
         import huggingface_hub as hub
     where = f"{model_id}@{revision}"
-    files = hub.list_repo_files(model_id, revision=revision)
+    files = hub.list_repo_files(model_id, revision=revision, token=token)
     if "config.json" not in files:
         raise StagingError(f"{where} has no config.json at its top level; is it a model repository?")
     ignore: list[str] = []
@@ -191,7 +234,7 @@ def stage(
                 f"{where} has no {DS_DESCRIPTION} at its top level: it is not a pre-sharded DeepSpeed inference "
                 "checkpoint"
             )
-        path = hub.hf_hub_download(model_id, DS_DESCRIPTION, revision=revision, local_dir=str(output_dir))
+        path = hub.hf_hub_download(model_id, DS_DESCRIPTION, revision=revision, local_dir=str(output_dir), token=token)
         description = json.loads(Path(path).read_text())
         tp_size, dtype = deepspeed
         listed = deepspeed_files(description, files, tp_size=tp_size, dtype=dtype)
@@ -205,7 +248,12 @@ def stage(
         patterns = CONFIG_PATTERNS + [glob.escape(name) for name in listed]
     print(f"stage_model: {where}: copying {', '.join(patterns[:6])}{' ...' * (len(patterns) > 6)}", flush=True)
     hub.snapshot_download(
-        model_id, revision=revision, local_dir=str(output_dir), allow_patterns=patterns, ignore_patterns=ignore or None
+        model_id,
+        revision=revision,
+        local_dir=str(output_dir),
+        allow_patterns=patterns,
+        ignore_patterns=ignore or None,
+        token=token,
     )
     # The hub client keeps download metadata in <local_dir>/.cache; it is not part of the model.
     shutil.rmtree(output_dir / ".cache", ignore_errors=True)
@@ -275,10 +323,13 @@ def run(
     s3,
     deepspeed: tuple[int, str] | None = None,
     allow_pickle: bool = False,
+    token: str | None = None,
+    token_source: str | None = None,
 ) -> dict:
-    """Stage `model_id` at the commit `revision` names into `destination` (s3://bucket/prefix/); return its record."""
+    """Stage `model_id` at the commit `revision` names into `destination` (s3://bucket/prefix/); return its record.
+    `token` (read from `token_source`, named in messages) is what a gated repository needs."""
     bucket, prefix = parse_destination(destination)
-    commit = resolve(hub, model_id, revision)
+    commit = resolve(hub, model_id, revision, token, token_source)
     keys = Keys.of(prefix, commit, revision)
     record = read_record(s3, bucket, keys.record)
     if record is not None:
@@ -287,7 +338,9 @@ def run(
         )
         print(f"stage_model: {model_id}@{commit} is already staged in s3://{bucket}/{keys.files}", flush=True)
     else:
-        files = stage(model_id, commit, output_dir, hub=hub, deepspeed=deepspeed, allow_pickle=allow_pickle)
+        files = stage(
+            model_id, commit, output_dir, hub=hub, deepspeed=deepspeed, allow_pickle=allow_pickle, token=token
+        )
         sizes = {}
         for path in sorted(files):
             name = path.relative_to(output_dir).as_posix()
@@ -309,7 +362,8 @@ def run(
     return record
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, hub=None, session=None) -> int:
+    """The job's entry point; `hub` (the huggingface_hub module) and `session` (a boto3 Session) for tests."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model_id", required=True, help="Hugging Face repository, e.g. EleutherAI/gpt-j-6b")
     parser.add_argument("--revision", required=True, help="a full commit, or a branch to stage its current commit of")
@@ -326,6 +380,9 @@ def main(argv: list[str] | None = None) -> int:
         "--deepspeed_tp_size", type=int, help="a pre-sharded DeepSpeed checkpoint split for this many ranks"
     )
     parser.add_argument("--deepspeed_dtype", choices=sorted(set(DS_DTYPES.values())), help="... holding these weights")
+    parser.add_argument(
+        "--hf_token_secret", help="name of the Secrets Manager secret holding a Hugging Face token (gated repositories)"
+    )
     args = parser.parse_args(argv)
     if (args.deepspeed_tp_size is None) != (args.deepspeed_dtype is None):
         parser.error("--deepspeed_tp_size and --deepspeed_dtype go together: give both, or neither")
@@ -336,19 +393,29 @@ def main(argv: list[str] | None = None) -> int:
     deepspeed = None if args.deepspeed_tp_size is None else (args.deepspeed_tp_size, args.deepspeed_dtype)
     args.output_dir.mkdir(parents=True, exist_ok=True)
 
-    import boto3
-    import huggingface_hub
+    if session is None:
+        import boto3
+
+        session = boto3.Session(region_name=args.region)
+    if hub is None:
+        import huggingface_hub as hub
 
     try:
+        token = None
+        if args.hf_token_secret:
+            token = read_token(session.client("secretsmanager", region_name=args.region), args.hf_token_secret)
+            print(f"stage_model: using the Hugging Face token in secret {args.hf_token_secret}", flush=True)
         run(
             args.model_id,
             args.revision,
             args.destination,
             args.output_dir,
-            hub=huggingface_hub,
-            s3=boto3.client("s3", region_name=args.region),
+            hub=hub,
+            s3=session.client("s3", region_name=args.region),
             deepspeed=deepspeed,
             allow_pickle=args.allow_pickle,
+            token=token,
+            token_source=f"secret {args.hf_token_secret}",
         )
     except StagingError as error:
         print(f"stage_model.py: error: {error}", file=sys.stderr, flush=True)

@@ -1,5 +1,7 @@
 """The handler's answer, as djl_python.outputs.Output of DJL Serving 0.27.0: code, message, properties (headers) and
-content. 0.27.0's Output has no get_property/get_properties (later releases added them), so neither has this one."""
+content, or instead of content a stream (add_stream_content: an iterator whose items, passed through an output
+formatter, are sent one chunk each; local/djl_streaming.stream_chunks does what Output.send does with them).
+0.27.0's Output has no get_property/get_properties (later releases added them), so neither has this one."""
 
 from __future__ import annotations
 
@@ -10,12 +12,18 @@ from typing import Any
 from .pair_list import PairList
 
 
+def _default_stream_output_formatter(token_texts: Any) -> bytearray:
+    return bytearray((json.dumps({"outputs": token_texts}) + "\n").encode("utf-8"))
+
+
 class Output:
     def __init__(self, code: int = 200, message: str = "OK") -> None:
         self.code = code
         self.message = message
         self.properties: dict = {}
         self.content = PairList()
+        self.stream_content = None
+        self.stream_output_formatter = None
 
     def set_code(self, code: int) -> Output:
         self.code = code
@@ -57,6 +65,16 @@ class Output:
 
     def add_as_json(self, val: Any, key: str | None = None, batch_index: int | None = None) -> Output:
         return self.add(self._encode_json(val), key=key, batch_index=batch_index)
+
+    def add_stream_content(
+        self, stream_content: Any, output_formatter: Any = _default_stream_output_formatter
+    ) -> Output:
+        """Answer with `stream_content` (an iterator) instead of content; each item goes through `output_formatter`
+        (None: sent as it is) and becomes one chunk. As in 0.27.0, the default wraps each item as {"outputs": item}
+        plus a newline."""
+        self.stream_content = stream_content
+        self.stream_output_formatter = output_formatter
+        return self
 
     @staticmethod
     def _encode_json(val: Any) -> bytearray:

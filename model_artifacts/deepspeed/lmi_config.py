@@ -1,10 +1,13 @@
 """The handler's typed configuration, parsed once from DJL's model properties and the container environment.
 
-DJL hands model.py the `option.*` keys of serving.properties with the prefix stripped (`option.dtype=fp16` arrives as
-`properties["dtype"] == "fp16"`), all as strings, plus keys of its own (`model_dir`, `device_id`, and
-`tensor_parallel_degree` as an int). This module owns the keys in OWNED_PROPERTIES. Of DJL's own keys it reads only
-`model_loading_timeout` (DJL_PROPERTIES_READ), to wait for the weights exactly as long as DJL waits for the start-up.
-Every other key is ignored.
+DJL hands model.py the `option.*` keys (from serving.properties, or the Model's OPTION_<KEY> environment, which is how
+an endpoint gets them) with the prefix stripped (`option.dtype=fp16` arrives as `properties["dtype"] == "fp16"`), all
+as strings, plus keys of its own (`model_dir`, `device_id`, and `tensor_parallel_degree` as an int). This module owns
+the keys in OWNED_PROPERTIES. Of DJL's own keys it reads `model_dir`, where SageMaker delivered the weights, and
+`model_loading_timeout` (DJL_PROPERTIES_READ), to report how long the start-up may take. Every other key is ignored.
+
+The weights are never downloaded here: SageMaker copies the served S3 prefix to /opt/ml/model (the Model's
+ModelDataSource) before the container starts, and DJL passes that folder as `model_dir`.
 
 Stdlib only, so the CDK side can read OWNED_PROPERTY_KEYS without torch:
     runpy.run_path("model_artifacts/deepspeed/lmi_config.py")["OWNED_PROPERTY_KEYS"]
@@ -13,7 +16,6 @@ Stdlib only, so the CDK side can read OWNED_PROPERTY_KEYS without torch:
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -27,7 +29,6 @@ OWNED_PROPERTIES = (
     "max_input_length",
     "context_length",
     "kernel_injection",
-    "download_dir",
     "weights_dir",
 )
 OWNED_PROPERTY_KEYS = tuple(f"option.{key}" for key in OWNED_PROPERTIES)
@@ -41,8 +42,8 @@ DJL_PROPERTIES_READ = ("model_loading_timeout",)
 MODEL_LOADING_TIMEOUT_ENV = "MODEL_LOADING_TIMEOUT"
 DJL_DEFAULT_MODEL_LOADING_TIMEOUT = 240
 
-# Environment of the SageMaker Model (set by the CDK side), not serving.properties: a new model version then needs
-# no new code artifact, and DJL never sees an option.model_id it would download by itself.
+# What older Models set for the handler to download the weights itself; refused, so that such a Model fails at once
+# with the reason rather than serving whatever model_dir holds.
 WEIGHTS_S3_URI_ENV = "WEIGHTS_S3_URI"
 # DJL's own fallback when option.tensor_parallel_degree is absent (as in the reference notebooks).
 TENSOR_PARALLEL_DEGREE_ENV = "TENSOR_PARALLEL_DEGREE"
@@ -54,10 +55,6 @@ DEFAULT_DTYPE = "fp16"
 DEFAULT_MAX_NEW_TOKENS = 256
 DEFAULT_MAX_BATCH_SIZE = 4
 DEFAULT_KERNEL_INJECTION = "auto"
-# SageMaker mounts the instance's large volume at /tmp (the root filesystem is small), so weights go there.
-DEFAULT_DOWNLOAD_DIR = "/tmp/weights"
-
-_S3_URI = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9])/(?P<prefix>.*)$")
 
 
 class ConfigError(ValueError):
@@ -68,7 +65,7 @@ class ConfigError(ValueError):
 class HandlerConfig:
     """Everything the handler needs to know before it loads a model; built once per worker process."""
 
-    weights: str  # s3://bucket/prefix/ (downloaded by local rank 0) or a local HF model folder
+    weights: str  # the local folder of the weights: model_dir (delivered by SageMaker) or option.weights_dir
     tensor_parallel_degree: int = 1
     dtype: str = DEFAULT_DTYPE
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS  # cap per request
@@ -76,12 +73,7 @@ class HandlerConfig:
     max_input_length: int | None = None  # prompt tokens; None: the context length minus one new token
     context_length: int | None = None  # prompt + new tokens; None: taken from the model's config
     kernel_injection: str = DEFAULT_KERNEL_INJECTION
-    download_dir: str = DEFAULT_DOWNLOAD_DIR
     model_loading_timeout: int = DJL_DEFAULT_MODEL_LOADING_TIMEOUT  # seconds; DJL's, see djl_model_loading_timeout
-
-    @property
-    def weights_in_s3(self) -> bool:
-        return self.weights.startswith("s3://")
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> HandlerConfig:
@@ -111,9 +103,6 @@ class HandlerConfig:
                 f"option.max_input_length={max_input_length} leaves no room for new tokens in "
                 f"option.context_length={context_length}; expected max_input_length < context_length"
             )
-        download_dir = str(properties.get("download_dir", DEFAULT_DOWNLOAD_DIR)).strip()
-        if not download_dir:
-            raise ConfigError("option.download_dir is empty; expected a writable directory such as /tmp/weights")
         return cls(
             weights=_weights_location(properties, env),
             tensor_parallel_degree=tensor_parallel_degree,
@@ -127,28 +116,12 @@ class HandlerConfig:
             max_input_length=max_input_length,
             context_length=context_length,
             kernel_injection=kernel_injection,
-            download_dir=download_dir,
             model_loading_timeout=djl_model_loading_timeout(properties, env),
         )
 
     def describe(self) -> str:
         """One log line with every resolved setting."""
         return " ".join(f"{key}={value}" for key, value in asdict(self).items())
-
-
-def split_s3_uri(uri: str) -> tuple[str, str]:
-    """`s3://bucket/some/prefix` -> ("bucket", "some/prefix/"): the prefix always ends with "/", so the prefix of
-    one model folder never matches a sibling folder that merely starts with the same name."""
-    match = _S3_URI.match(uri.strip())
-    if match is None:
-        raise ConfigError(
-            f"{WEIGHTS_S3_URI_ENV}={uri!r} is not an S3 prefix; expected s3://bucket/prefix/ (a lowercase bucket "
-            "name, then the folder that holds config.json, the weights and the tokenizer files)"
-        )
-    prefix = match.group("prefix")
-    if prefix and not prefix.endswith("/"):
-        prefix += "/"
-    return match.group("bucket"), prefix
 
 
 def djl_model_loading_timeout(properties: Mapping[str, Any], environ: Mapping[str, str]) -> int:
@@ -172,31 +145,28 @@ def djl_model_loading_timeout(properties: Mapping[str, Any], environ: Mapping[st
 
 
 def _weights_location(properties: Mapping[str, Any], env: Mapping[str, str]) -> str:
-    s3_uri = (env.get(WEIGHTS_S3_URI_ENV) or "").strip()
-    local_dir = str(properties.get("weights_dir") or "").strip()
-    if s3_uri and local_dir:
+    stale = (env.get(WEIGHTS_S3_URI_ENV) or "").strip()
+    if stale:
         raise ConfigError(
-            f"both {WEIGHTS_S3_URI_ENV}={s3_uri!r} and option.weights_dir={local_dir!r} are set; "
-            "set exactly one: the S3 prefix on an endpoint, the local folder for local runs"
+            f"{WEIGHTS_S3_URI_ENV}={stale!r} is set, but this handler downloads nothing: SageMaker delivers the "
+            "weights to model_dir from the Model's ModelDataSource (S3Prefix, CompressionType None). Deploy the Model "
+            "with that prefix as its model data and without the variable"
         )
-    if s3_uri:
-        bucket, prefix = split_s3_uri(s3_uri)
-        return f"s3://{bucket}/{prefix}"
-    if local_dir:
-        if not os.path.isfile(os.path.join(local_dir, "config.json")):
-            raise ConfigError(
-                f"option.weights_dir={local_dir!r} has no config.json; expected a Hugging Face model folder "
-                "(config.json, weights, tokenizer files)"
-            )
-        return local_dir
-    # Weights packed into model.tar.gz next to model.py also work, as with DJL's own handlers.
-    model_dir = str(properties.get("model_dir") or "")
-    if model_dir and os.path.isfile(os.path.join(model_dir, "config.json")):
-        return model_dir
-    raise ConfigError(
-        f"no model weights configured: set the environment variable {WEIGHTS_S3_URI_ENV}=s3://bucket/prefix/ "
-        f"(endpoint), or option.weights_dir=/path/to/model (local run); model_dir={model_dir!r} has no config.json"
-    )
+    local_dir = str(properties.get("weights_dir") or "").strip()
+    model_dir = str(properties.get("model_dir") or "").strip()
+    where, folder = ("option.weights_dir", local_dir) if local_dir else ("model_dir", model_dir)
+    if not folder:
+        raise ConfigError(
+            "no model weights: DJL gave no model_dir and option.weights_dir is unset; on an endpoint SageMaker "
+            "delivers the weights to model_dir (/opt/ml/model), locally set option.weights_dir=/path/to/model"
+        )
+    if not os.path.isfile(os.path.join(folder, "config.json")):
+        raise ConfigError(
+            f"{where}={folder!r} has no config.json; expected a Hugging Face model folder (config.json, weights, "
+            "tokenizer files) or a pre-sharded DeepSpeed checkpoint with its config.json"
+            + (": check the Model's ModelDataSource names the prefix that holds them" if where == "model_dir" else "")
+        )
+    return folder
 
 
 def _integer(name: str, value: Any, *, minimum: int) -> int:

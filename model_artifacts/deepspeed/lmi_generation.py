@@ -90,14 +90,40 @@ class TextGenerator:
         """One model.generate call for requests with equal batch_key (or one request); the results per request."""
         import torch
 
+        details = any(prepared.request.parameters.details for prepared in batch)
+        width, kwargs = self.generate_arguments(batch, scores=details)
+        if seed is not None:
+            torch.manual_seed(seed)  # seeds the CPU and every CUDA generator
+        output = self.model.generate(**kwargs)
+        sequences = output.sequences if details else output
+        new_tokens = sequences[:, width:].tolist()
+        log_probs = _log_probs(output.scores, sequences[:, width:]) if details else [None] * len(new_tokens)
+        results: list[list[dict]] = []
+        row = 0
+        for prepared in batch:
+            request = prepared.request
+            answers = []
+            for prompt, prompt_ids in zip(request.prompts, prepared.token_ids):
+                answers.append(self.result(prompt, len(prompt_ids), new_tokens[row], log_probs[row], request))
+                row += 1
+            results.append(answers)
+        return results
+
+    def generate_arguments(self, batch: Sequence[PreparedRequest], *, scores: bool = False) -> tuple[int, dict]:
+        """(width of the left-padded prompts, model.generate's keyword arguments) for requests that share a call;
+        `scores` asks model.generate for the scores of each step too (for `details`)."""
+        import torch
+
         parameters = batch[0].request.parameters
         rows = [list(row) for prepared in batch for row in prepared.token_ids]
         width = max(len(row) for row in rows)
         pad = self.tokenizer.pad_token_id
         input_ids = torch.tensor([[pad] * (width - len(row)) + row for row in rows])
         attention_mask = torch.tensor([[0] * (width - len(row)) + [1] * len(row) for row in rows])
-        details = any(prepared.request.parameters.details for prepared in batch)
+        device = self.model.device
         kwargs: dict[str, Any] = {
+            "input_ids": input_ids.to(device),
+            "attention_mask": attention_mask.to(device),
             "max_new_tokens": parameters.max_new_tokens,
             "do_sample": parameters.do_sample,
             "pad_token_id": pad,
@@ -117,25 +143,9 @@ class TextGenerator:
             kwargs["stopping_criteria"] = StoppingCriteriaList(
                 [_StopOnStrings(self.tokenizer, parameters.stop, width, self.eos_token_ids)]
             )
-        if details:
+        if scores:
             kwargs.update(output_scores=True, return_dict_in_generate=True)
-        device = self.model.device
-        if seed is not None:
-            torch.manual_seed(seed)  # seeds the CPU and every CUDA generator
-        output = self.model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), **kwargs)
-        sequences = output.sequences if details else output
-        new_tokens = sequences[:, width:].tolist()
-        log_probs = _log_probs(output.scores, sequences[:, width:]) if details else [None] * len(rows)
-        results: list[list[dict]] = []
-        row = 0
-        for prepared in batch:
-            request = prepared.request
-            answers = []
-            for prompt, prompt_ids in zip(request.prompts, prepared.token_ids):
-                answers.append(self._result(prompt, len(prompt_ids), new_tokens[row], log_probs[row], request))
-                row += 1
-            results.append(answers)
-        return results
+        return width, kwargs
 
     def _tokenize(self, request: GenerationRequest) -> list[list[int]]:
         try:
@@ -177,9 +187,10 @@ class TextGenerator:
                     f"shorten the prompt or ask for at most {self.context_length - length} new tokens",
                 )
 
-    def _result(
+    def result(
         self, prompt: str, prompt_tokens: int, tokens: list[int], log_probs: list | None, request: GenerationRequest
     ) -> dict:
+        """One prompt's answer from its new tokens: cut at EOS or the first stop string, decoded, with details."""
         parameters: GenerationParameters = request.parameters
         finish_reason = "length"
         for position, token in enumerate(tokens):
@@ -187,8 +198,8 @@ class TextGenerator:
                 tokens = tokens[: position + 1]
                 finish_reason = "eos_token"
                 break
-        text = self._decode(tokens)
-        cut = _first_stop(text, parameters.stop)
+        text = self.decode(tokens)
+        cut = first_stop(text, parameters.stop)
         if cut is not None:
             text = text[:cut]
             tokens = tokens[: self._tokens_until_stop(tokens, parameters.stop)]
@@ -212,13 +223,13 @@ class TextGenerator:
         low, high = 1, len(tokens)
         while low < high:
             middle = (low + high) // 2
-            if _first_stop(self._decode(tokens[:middle]), stops) is None:
+            if first_stop(self.decode(tokens[:middle]), stops) is None:
                 low = middle + 1
             else:
                 high = middle
         return high
 
-    def _decode(self, tokens: list[int]) -> str:
+    def decode(self, tokens: list[int]) -> str:
         return self.tokenizer.decode(tokens, skip_special_tokens=True)
 
 
@@ -268,12 +279,12 @@ class _StopOnStrings(StoppingCriteria):
             if any(token in self.eos_token_ids for token in new_tokens):
                 continue
             tail = self.tokenizer.decode(new_tokens[-self.window :], skip_special_tokens=True)
-            if _first_stop(tail, self.stops) is None:
+            if first_stop(tail, self.stops) is None:
                 return False
         return True
 
 
-def _first_stop(text: str, stops: tuple[str, ...]) -> int | None:
+def first_stop(text: str, stops: tuple[str, ...]) -> int | None:
     positions = [position for position in (text.find(stop) for stop in stops) if position >= 0]
     return min(positions) if positions else None
 

@@ -4,7 +4,14 @@ schema, serving/docs/lmi/user_guides/lmi_input_output_schema.md, with the DeepSp
     {"inputs": "prompt" | ["prompt", ...],
      "parameters": {"max_new_tokens": 64, "do_sample": true, "temperature": 0.7, "top_p": 0.9, "top_k": 50,
                     "typical_p": 0.95, "repetition_penalty": 1.1, "stop_sequences": ["\\n\\n"], "seed": 42,
-                    "truncate": 512, "return_full_text": false, "details": true}}
+                    "truncate": 512, "return_full_text": false, "details": true},
+     "stream": false}
+
+`stream` (top level, as in LMI's rolling-batch handlers and its vLLM handler) asks for the answer as JSON lines,
+one per generated token (lmi_streaming.py); it takes one prompt string. The OpenAI chat schema (`messages`) is
+refused with a 400 that says to send `inputs`: LMI 0.27.0's own DeepSpeed handler took `messages` only with rolling
+batch and refused it under DJL's dynamic batching, which is how this handler batches
+(djl_python/chat_completions/chat_utils.py at v0.27.0, parse_chat_completions_request).
 
 Every problem becomes a RequestError carrying the HTTP status and a message that names the field:
 400 the body is not a JSON object of this shape: not UTF-8 JSON, a duplicate key, an integer too long for 64 bits,
@@ -46,7 +53,9 @@ MIN_TEMPERATURE = 0.01
 MIN_REPETITION_PENALTY = 0.01
 MAX_REPETITION_PENALTY = 100.0
 
-TOP_LEVEL_FIELDS = ("inputs", "parameters")
+TOP_LEVEL_FIELDS = ("inputs", "parameters", "stream")
+# Fields of other request schemas that mean the client expects another endpoint; each gets its own answer.
+CHAT_FIELDS = ("messages",)
 PARAMETERS = (
     "max_new_tokens",
     "temperature",
@@ -106,11 +115,21 @@ class GenerationRequest:
     parameters: GenerationParameters
     # `inputs` was one string: the answer is one object, not a list (LMI's and vLLM's shape).
     single: bool = False
+    # Answer as JSON lines, token by token (only for a single prompt string).
+    stream: bool = False
 
 
 def parse_request(body: bytes | str | None, limits: RequestLimits) -> GenerationRequest:
     """Turn a raw body into a validated request, or raise RequestError."""
     payload = _decode_json(body)
+    chat = [name for name in CHAT_FIELDS if name in payload]
+    if chat and "inputs" not in payload:
+        raise RequestError(
+            BAD_REQUEST,
+            f"this endpoint does not take the chat schema ({_names(chat)}); it serves LMI 0.27.0's text-generation "
+            'schema: send {"inputs": "your prompt", "parameters": {...}}, with the chat turns rendered into the '
+            "prompt (the vLLM engine takes messages)",
+        )
     unknown = sorted(set(payload) - set(TOP_LEVEL_FIELDS))
     if unknown:
         raise RequestError(
@@ -123,8 +142,16 @@ def parse_request(body: bytes | str | None, limits: RequestLimits) -> Generation
         raw_parameters = {}
     if not isinstance(raw_parameters, dict):
         raise RequestError(BAD_REQUEST, f"parameters must be a JSON object; got {_json_type(raw_parameters)}")
+    single = isinstance(payload["inputs"], str)
+    stream = _boolean(payload, "stream", where="stream")
+    if stream and not single:
+        raise RequestError(
+            UNPROCESSABLE,
+            f"stream is true but inputs is a list of {len(prompts)} prompts; a stream answers one prompt string: "
+            "send one request per prompt",
+        )
     return GenerationRequest(
-        prompts=prompts, parameters=_parameters(raw_parameters, limits), single=isinstance(payload["inputs"], str)
+        prompts=prompts, parameters=_parameters(raw_parameters, limits), single=single, stream=bool(stream)
     )
 
 
@@ -314,13 +341,14 @@ def _number(raw: dict, name: str, expected: str, valid) -> float | None:
     return float(value)
 
 
-def _boolean(raw: dict, name: str) -> bool | None:
+def _boolean(raw: dict, name: str, *, where: str | None = None) -> bool | None:
     value = raw.get(name)
     if value is None:
         return None
     if not isinstance(value, bool):
         raise RequestError(
-            BAD_REQUEST, f"parameters.{name} must be true or false; got {_json_type(value)} {_shown.repr(value)}"
+            BAD_REQUEST,
+            f"{where or 'parameters.' + name} must be true or false; got {_json_type(value)} {_shown.repr(value)}",
         )
     return value
 

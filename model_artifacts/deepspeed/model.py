@@ -2,13 +2,17 @@
 
 DJL calls `handle(inputs)` in every worker process (one per tensor-parallel rank, all ranks get every request):
 - the first call, which DJL makes at start-up with an empty input whose properties are the `option.*` values,
-  loads the model once for this process (weights from S3 via local rank 0, then deepspeed.init_inference);
+  loads the model once for this process (from model_dir, where SageMaker delivered the weights before the container
+  started; then deepspeed.init_inference);
 - every later call is one invocation, JSON {"inputs": ..., "parameters": {...}} (LMI 0.27.0's schema), answered with
-  {"generated_text": ...} for a string prompt or a list of them for a list of prompts; or, with DJL dynamic batching
-  (`batch_size` > 1), several invocations at once (see TextGenerationService.inference).
+  {"generated_text": ...} for a string prompt or a list of them for a list of prompts, or, with "stream": true, with
+  JSON lines token by token (lmi_streaming.py); or, with DJL dynamic batching (`batch_size` > 1), several invocations
+  at once (see TextGenerationService.inference).
 Bad requests get a 4xx Output with a message naming the field; the worker stays up for the next request.
 
-Configuration: lmi_config.py (serving.properties keys and the WEIGHTS_S3_URI / TENSOR_PARALLEL_DEGREE environment).
+Configuration: lmi_config.py (the option.* keys, from OPTION_* environment variables on an endpoint).
+On an endpoint this file sits in <model_dir>/inference/<sha256>/ and DJL loads it by its absolute path
+(OPTION_ENTRYPOINT); nothing in it reaches the network (EnableNetworkIsolation).
 Locally: `python -m local.serve --handler model_artifacts/deepspeed` serves this file behind /ping and /invocations.
 """
 
@@ -24,17 +28,19 @@ import time
 from http import HTTPStatus
 from typing import Any
 
-# DJL imports this file as a module of the model directory; make its sibling modules importable whatever the
-# loader did with sys.path.
+# DJL loads this file by its absolute path (inference/<sha256>/ inside the delivered folder), or as a module of the
+# model directory locally; make its sibling modules importable whatever the loader did with sys.path.
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
 from djl_python import Input, Output  # noqa: E402  (the container's package; local/djl_python stands in locally)
 from lmi_config import HandlerConfig  # noqa: E402
-from lmi_distributed import Ranks, gather_errors, init_process_group, shared_random_seed  # noqa: E402
+from lmi_distributed import Ranks, init_process_group, shared_random_seed  # noqa: E402
 from lmi_generation import PreparedRequest, batch_key, response_body  # noqa: E402
 from lmi_requests import RequestError, RequestLimits, parse_request  # noqa: E402
+from lmi_streaming import CONTENT_TYPE as STREAM_CONTENT_TYPE  # noqa: E402
+from lmi_streaming import token_stream  # noqa: E402
 
 log = logging.getLogger("lmi_handler")
 
@@ -55,14 +61,10 @@ class TextGenerationService:
         return self.generator is not None
 
     def initialize(self, properties: dict) -> None:
-        import functools
-
         import torch
         from lmi_config import ConfigError
-        from lmi_distributed import long_wait_group
         from lmi_generation import TextGenerator
         from lmi_loading import load_model
-        from lmi_weights import resolve_weights
 
         started = time.monotonic()
         config = HandlerConfig.from_properties(properties)
@@ -76,21 +78,7 @@ class TextGenerationService:
         log.info("rank %d/%d: %s", ranks.rank, ranks.world_size, config.describe())
         use_cuda = torch.cuda.is_available()
         init_process_group(ranks, use_cuda=use_cuda)
-        if config.weights_in_s3:
-            # The other ranks wait for local rank 0's download for as long as DJL waits for this start-up, not for
-            # the process group's default timeout (30 minutes), which a large model's download outlasts.
-            with long_wait_group(config.model_loading_timeout) as download_group:
-                weights_dir = str(
-                    resolve_weights(
-                        config.weights,
-                        config.download_dir,
-                        local_rank=ranks.local_rank,
-                        gather_errors=functools.partial(gather_errors, group=download_group),
-                    )
-                )
-        else:
-            weights_dir = config.weights
-        model, tokenizer, plan = load_model(weights_dir, config, use_cuda=use_cuda, local_rank=ranks.local_rank)
+        model, tokenizer, plan = load_model(config.weights, config, use_cuda=use_cuda, local_rank=ranks.local_rank)
         self.generator = TextGenerator(
             model, tokenizer, context_length=plan.context_length, max_input_length=plan.max_input_length
         )
@@ -108,25 +96,41 @@ class TextGenerationService:
         A batch gets one Output whose content holds one answer per request under `batch_<i>.data`, which DJL's
         PyPredictor splits back. DJL 0.27.0 gives every request of a batch the batch Output's status code (and a code
         >= 300 would answer every request with the same body), so each request's own error travels as its JSON error
-        body {"code", "message", "error"} under status 200, and the other requests are answered as usual."""
+        body {"code", "message", "error"} under status 200, and the other requests are answered as usual.
+
+        A request with `"stream": true` is answered with a stream of JSON lines (lmi_streaming.py) when it comes
+        alone; DJL 0.27.0 cannot split a streamed answer out of a batch (PyPredictor#batchPredict: one chunked
+        content for N requests is a "Batch output size mismatch" for all of them), so inside a batch it is refused."""
         if _is_djl_batch(inputs):
             requests = inputs.get_batches()
             output = Output().add_property("content-type", "application/json")
             for index, (_, body) in enumerate(self.answer([request.get_as_bytes() for request in requests])):
                 output.add_as_json(body, key="data", batch_index=index)
             return output
-        ((status, body),) = self.answer([inputs.get_as_bytes()])
+        ((status, body),) = self.answer([inputs.get_as_bytes()], stream=True)
         if status != HTTPStatus.OK:
             return error_output(status, body["error"])
+        if not isinstance(body, (dict, list)):  # a stream of lines; DJL's Output.send writes each as it comes
+            return Output().add_property("content-type", STREAM_CONTENT_TYPE).add_stream_content(body, None)
         return Output().add_property("content-type", "application/json").add_as_json(body)
 
-    def answer(self, bodies: list) -> list[tuple[int, Any]]:
-        """(status, JSON body) for each raw request body, in order; no request's failure touches another's answer."""
+    def answer(self, bodies: list, *, stream: bool = False) -> list[tuple[int, Any]]:
+        """(status, JSON body) for each raw request body, in order; no request's failure touches another's answer.
+        With `stream` (one request, not a batch), a request that asks for a stream gets an iterator of JSON lines
+        as its body."""
         answers: list = [None] * len(bodies)
         prepared: dict[int, PreparedRequest] = {}
         for index, body in enumerate(bodies):
             try:
-                prepared[index] = self.generator.prepare(parse_request(body, self.limits))
+                request = parse_request(body, self.limits)
+                if request.stream and not stream:
+                    raise RequestError(
+                        HTTPStatus.BAD_REQUEST,
+                        "stream is true but this request came in a DJL dynamic batch (batch_size > 1 in "
+                        "serving.properties), which DJL 0.27.0 cannot stream; send it without stream, or serve "
+                        "with batch_size=1 (the default)",
+                    )
+                prepared[index] = self.generator.prepare(request)
             except RequestError as error:
                 log.info("rejected request (%d): %s", error.status, error.message)
                 answers[index] = (error.status, error_body(error.status, error.message))
@@ -134,12 +138,13 @@ class TextGenerationService:
                 raise
             except BaseException as error:  # the worker must survive whatever one request does
                 answers[index] = _failure(error)
+        for index in [index for index, item in prepared.items() if item.request.stream]:
+            item = prepared.pop(index)
+            lines = token_stream(self.generator, item, seed=self._seed(item.request.parameters), lock=self._lock)
+            answers[index] = (HTTPStatus.OK, lines)
         for group in _groups(prepared, self.limits.max_batch_size):
             try:
-                parameters = prepared[group[0]].request.parameters
-                seed = parameters.seed
-                if seed is None and parameters.do_sample and self.ranks.world_size > 1:
-                    seed = shared_random_seed()  # every rank draws the same tokens
+                seed = self._seed(prepared[group[0]].request.parameters)
                 with self._lock:
                     results = self.generator.generate([prepared[index] for index in group], seed=seed)
             except _FATAL:
@@ -157,6 +162,11 @@ class TextGenerationService:
                 else:
                     answers[index] = (HTTPStatus.OK, body)
         return answers
+
+    def _seed(self, parameters) -> int | None:
+        if parameters.seed is None and parameters.do_sample and self.ranks.world_size > 1:
+            return shared_random_seed()  # every rank draws the same tokens
+        return parameters.seed
 
 
 # Never turned into a 500: stopping the process must stop it.

@@ -42,6 +42,7 @@ RESOURCE_NAMESPACES = (
     "AWS::S3::",
     "AWS::SNS::",
     "AWS::SageMaker::",
+    "AWS::SecretsManager::",
     "AWS::SSM::",
 )
 

@@ -1,9 +1,11 @@
-"""Container images, resolved offline from the SageMaker SDK's own image_uris config.
+"""Container images, resolved offline.
 
-No account id or registry is typed by hand here: the SDK's tables cover every region and partition the SDK serves.
-Which regions those are differs by image (stacks/region_support.py checks a stage's region against the images it
-needs, with `supported_regions`), and the processing image depends on the instance type's family
-(`processing_instance_problem`).
+Training and processing images come from the SageMaker SDK's own image_uris tables (nothing newer exists for them
+than the pinned SDK knows). The LMI images the endpoints run are chosen here (SERVING_IMAGES) and addressed through
+the DLC registry table of stacks/catalog/dlc.py, generated from the same SDK tables but not limited to the tags the
+SDK release knows: a newer LMI resolves in every region and partition its registry serves. Which regions have each
+image differs (stacks/region_support.py checks a stage's region against the images it needs, with
+`supported_regions`), and the processing image depends on the instance type's family (`processing_instance_problem`).
 """
 
 from __future__ import annotations
@@ -17,17 +19,50 @@ from dataclasses import dataclass
 from functools import cache
 from unittest import mock
 
+from stacks import synth_cache
+from stacks.catalog import dlc
+
 # The SMP v1 line ends at SMP 1.15 in the PyTorch 1.13.1 DLC (Python 3.9); research/smp_training.md §1.
 SMP_V1_PYTORCH_VERSION = "1.13.1"
 SMP_V1_PY_VERSION = "py39"
 # SMP v2 runs in its own smdistributed-modelparallel images; PyTorch 2.4.1 is SMP 2.7.0 (research/smp_training.md §3).
 SMP_V2_PYTORCH_VERSION = "2.4.1"
 SMP_V2_PY_VERSION = "py311"
-# The last LMI image with the DeepSpeed engine; research/lmi_serving.md §3.
-DEEPSPEED_LMI_VERSION = "0.27.0"
-# Current LMI for the vLLM engine: 0.35.0 (LMI 17, CUDA 12.8) is the first where async vLLM mode is the default,
-# which model_artifacts/vllm/serving.properties uses; 0.36+ need CUDA 13 drivers on the host.
-VLLM_LMI_VERSION = "0.35.0"
+
+
+@dataclass(frozen=True)
+class LmiImage:
+    """One LMI release of the djl-inference repository an engine runs in."""
+
+    engine: str
+    tag: str
+    description: str
+    cuda: tuple[int, int]  # the CUDA toolkit it is built with: the host driver must run it (inference_hosts.py)
+    # The oldest GPU architecture (compute capability) its kernels are built for; None: no limit this project knows.
+    min_compute_capability: tuple[int, int] | None = None
+    # For a tag newer than the SDK's tables: the published tag whose regions it goes to (dlc.image_uri).
+    regions_of: str | None = None
+    repository: str = "djl-inference"
+
+    @property
+    def cuda_version(self) -> str:
+        return f"{self.cuda[0]}.{self.cuda[1]}"
+
+
+SERVING_IMAGES = {
+    # The last LMI with the DeepSpeed engine (LMI V9; V10, 0.28.0, dropped DeepSpeed): research/lmi_serving.md §3.
+    "deepspeed": LmiImage("deepspeed", "0.27.0-deepspeed0.12.6-cu121", "LMI 0.27.0: DeepSpeed 0.12.6", (12, 1)),
+    # The newest LMI as of 2026-12-01: LMI 29.0.0 on DJL Serving 0.38.0, vLLM 0.28.0, torch 2.13.0, CUDA 13.0,
+    # published 2026-09-21 (aws/deep-learning-containers#6763, #6774; the SDK's djl-lmi "latest"). LMI builds its vLLM
+    # wheel for sm_80 and newer (deepjavalibrary/djl-serving#3054), and CUDA 13 has no Volta (sm_70) at all.
+    "vllm": LmiImage(
+        "vllm",
+        "0.38.0-lmi29.0.0-cu130",
+        "LMI 29.0.0: DJL Serving 0.38.0, vLLM 0.28.0",
+        (13, 0),
+        min_compute_capability=(8, 0),
+    ),
+}
 
 
 # The instance-type rules of the SDK's image lookup (processor by family, deprecated families) are the same in every
@@ -36,6 +71,7 @@ REFERENCE_REGION = "us-east-1"
 
 
 @cache
+@synth_cache.on_disk  # a lookup needs the SDK imported (2 s): a synth with every lookup cached never imports it
 def _retrieve(**kwargs: str) -> str:
     with _sdk_tables() as image_uris:
         return image_uris.retrieve(**kwargs)
@@ -121,8 +157,14 @@ def training_image(region: str, smp_version: int = 1) -> str:
     )
 
 
-def processing_image(region: str, instance_type: str) -> str:
-    """The PyTorch 1.13.1 image (CPU or GPU build, by instance type) the prepare and evaluate steps run in."""
+def processing_image(region: str, instance_type: str, smp_version: int = 1) -> str:
+    """The image a processing step runs in: the PyTorch 1.13.1 image (CPU or GPU build, by instance type) beside
+    SMP v1, and the weights-staging steps whatever the version (the default); beside SMP v2 (and the adapter methods,
+    which run in its image) the SMP v2 training image itself, whose Python 3.11 line of the lock (transformers 4.46)
+    reads the current models' configs and tokenizers and the folders its training jobs write, where 1.13.1's
+    transformers 4.21 cannot."""
+    if smp_version == 2:
+        return training_image(region, 2)
     return _retrieve(
         framework="pytorch",
         region=region,
@@ -133,13 +175,17 @@ def processing_image(region: str, instance_type: str) -> str:
     )
 
 
+def lmi_image(engine: str) -> LmiImage:
+    try:
+        return SERVING_IMAGES[engine]
+    except KeyError:
+        raise ValueError(f"unknown serving engine {engine!r}; expected one of {', '.join(SERVING_IMAGES)}") from None
+
+
 def serving_image(region: str, engine: str) -> str:
-    """The LMI image for an engine: 'deepspeed' (djl-inference 0.27.0, DeepSpeed 0.12.6) or 'vllm' (current LMI)."""
-    if engine == "deepspeed":
-        return _retrieve(framework="djl-deepspeed", region=region, version=DEEPSPEED_LMI_VERSION)
-    if engine == "vllm":
-        return _retrieve(framework="djl-lmi", region=region, version=VLLM_LMI_VERSION)
-    raise ValueError(f"unknown serving engine {engine!r}; expected deepspeed or vllm")
+    """The LMI image of an engine in `region` (SERVING_IMAGES), from the DLC registry table."""
+    image = lmi_image(engine)
+    return dlc.image_uri(region, image.repository, image.tag, regions_of=image.regions_of)
 
 
 @dataclass(frozen=True)
@@ -153,7 +199,8 @@ class ImageUri:
 
     @classmethod
     def parse(cls, uri: str) -> ImageUri:
-        match = re.fullmatch(r"(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/([^:@]+)[:@](.+)", uri)
+        # Any ECR hostname: amazonaws.com, amazonaws.com.cn, and the ISO partitions' own suffixes (c2s.ic.gov, ...).
+        match = re.fullmatch(r"(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.[a-z0-9.-]+/([^:@]+)[:@](.+)", uri)
         if not match:
             raise ValueError(f"{uri!r} is not an ECR image URI (<account>.dkr.ecr.<region>.amazonaws.com/<repo>:<tag>)")
         return cls(*match.groups())

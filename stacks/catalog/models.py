@@ -1,9 +1,11 @@
 """The language models this platform trains and serves, the shape facts sizing needs, and where their weights come
 from.
 
-Figures are from each model's Hugging Face config (layers, hidden size, heads, context, vocabulary) and its model
-card (parameter count). `deepspeed_kernels` says whether DeepSpeed has a kernel-injection policy for the
-architecture (research/lmi_serving.md §5).
+Figures are from each model's Hugging Face config (layers, hidden size, intermediate size, attention and key/value
+heads, context, vocabulary, tied embeddings) and its model card (parameter count, license, whether the repository is
+gated). `deepspeed_kernels` says whether DeepSpeed 0.12.6 (LMI 0.27.0) has a kernel-injection policy that fits the
+architecture (research/lmi_serving.md §5); `min_transformers` is the first transformers release that loads its
+config, which decides whether LMI 0.27.0's transformers can load it at all.
 
 A model's weights come from its Hugging Face repository (`hf_id`), or from one of its pre-sharded DeepSpeed
 inference checkpoints (`checkpoints`), staged into the models bucket at one exact commit (`StagedWeights`).
@@ -25,6 +27,14 @@ FOLLOWED_BRANCH = "main"
 # Weights staged under a config that accepts PyTorch pickles live under their own name, so a reader that does not
 # accept them can never be pointed at a staging that holds them, even after the config stops allowing them.
 PICKLE_SUFFIX = "-pickle"
+# The transformers the LMI 0.27.0 DeepSpeed image ships (djl-serving@0.27.0-dlc:serving/docker/deepspeed.Dockerfile,
+# ARG transformers_version=4.39.0): a model whose config needs a later release does not load there.
+LMI_DEEPSPEED_TRANSFORMERS = "4.39.0"
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """'4.43.0' -> (4, 43, 0): release numbers only, compared as numbers."""
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
 
 
 def is_commit(revision: str | None) -> bool:
@@ -79,6 +89,7 @@ class StagedWeights:
     revision: str | None  # a pinned commit, or None: follow FOLLOWED_BRANCH
     allow_pickle: bool = False
     deepspeed: DeepSpeedCheckpoint | None = None  # None: a Hugging Face model folder
+    gated: bool = False  # the hub serves it only with the token of an account granted access
 
     def __post_init__(self) -> None:
         if self.revision is not None and not is_commit(self.revision):
@@ -130,10 +141,38 @@ class Model:
     vocab_size: int
     deepspeed_kernels: bool
     checkpoints: tuple[DeepSpeedCheckpoint, ...] = ()
+    # num_key_value_heads: fewer than attention_heads with grouped-query attention; None: multi-head (as many).
+    key_value_heads: int | None = None
+    intermediate_size: int | None = None  # the MLP's inner width; None where the catalog does not need it
+    tied_embeddings: bool = False  # the LM head shares the token embedding's weights (tie_word_embeddings)
+    # Gated on the hub: downloading needs a token of an account the owner granted access (the staging job's secret).
+    gated: bool = False
+    license: str = ""  # the model card's license id
+    min_transformers: str = "4.21.0"  # the first transformers release that loads the config (model_type, rope_scaling)
+
+    def __post_init__(self) -> None:
+        kv = self.kv_heads
+        if self.attention_heads % kv or self.hidden_size % self.attention_heads:
+            raise ValueError(
+                f"{self.name}: {self.attention_heads} attention heads must be a multiple of its {kv} key/value heads "
+                f"and divide its hidden size {self.hidden_size}"
+            )
 
     @property
     def billions(self) -> float:
         return self.parameters / 1e9
+
+    @property
+    def kv_heads(self) -> int:
+        """The key/value heads of each layer: what the KV cache holds, and what tensor parallelism splits."""
+        return self.key_value_heads or self.attention_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.attention_heads
+
+    def loads_with_transformers(self, version: str) -> bool:
+        return version_tuple(version) >= version_tuple(self.min_transformers)
 
     @property
     def embedding_parameters(self) -> int:
@@ -158,7 +197,7 @@ class Model:
         commit when staged."""
         if checkpoint is None:
             name = self.name + (PICKLE_SUFFIX if allow_pickle else "")
-            return StagedWeights(name, self.hf_id, revision, allow_pickle)
+            return StagedWeights(name, self.hf_id, revision, allow_pickle, gated=self.gated)
         found = self.checkpoint(checkpoint)
         return StagedWeights(f"{self.name}-{found.name}", found.hf_id, revision or found.revision, allow_pickle, found)
 
@@ -186,15 +225,49 @@ BLOOM_CHECKPOINTS = (
     ),
 )
 
+# The current open models, with grouped-query attention. Figures from each repository's config.json, as vendored
+# verbatim in mlc-ai/mlc-llm@01ced331:python/mlc_llm/model/model_preset.py (presets llama3_1_8b, llama3_1_70b,
+# mistral_7b_v03; its qwen2_7b preset has Qwen2.5-7B's shape too). For Qwen2.5 the figures are those of the
+# Qwen2.5-7B-Instruct and Qwen2.5-72B-Instruct config.json (transformers_version 4.43.1), which fine-tuning leaves
+# unchanged from the base models'. Parameters: each model built from those figures on the meta device with
+# transformers, summed; they reproduce the cards' 8.03B, 70.6B, 7.25B, 7.61B and 72.7B, and
+# tests/stacks/test_model_catalog.py recomputes them from the figures. Context: the config's max_position_embeddings;
+# for Qwen2.5 the 32,768 tokens it was trained on (QwenLM/Qwen2.5@905ca20:docs/source/getting_started/concepts.md:
+# 131,072 only with YaRN, which neither engine turns on by itself).
+# Gated: the Llama 3.1 repositories ask each account to accept the Llama 3.1 Community License; mistralai gated its
+# repositories in May 2024 (huggingface/alignment-handbook#166, TransformerLens#769); Qwen's are open.
+# min_transformers: rope_scaling {"rope_type": "llama3"} needs transformers 4.43.0 (Llama 3.1's release; 4.39's
+# LlamaConfig refuses any rope_scaling but {type, factor}); model_type mistral arrived in 4.34.0, qwen2 in 4.37.0.
+# None of them has a DeepSpeed 0.12.6 kernel-injection policy that fits: its Llama container concatenates q, k and v
+# as if every layer had as many key/value heads as query heads (module_inject/containers/llama.py, get_hidden_heads
+# and attention @v0.12.6), and there is none for Mistral or Qwen2.
 # fmt: off
+CURRENT_MODELS = (
+    Model("llama-3.1-8b", "meta-llama/Llama-3.1-8B", "llama", 8_030_261_248, 32, 4096, 32, 131072, 128256, False,
+          key_value_heads=8, intermediate_size=14336, gated=True, license="llama3.1", min_transformers="4.43.0"),
+    Model("llama-3.1-70b", "meta-llama/Llama-3.1-70B", "llama", 70_553_706_496, 80, 8192, 64, 131072, 128256, False,
+          key_value_heads=8, intermediate_size=28672, gated=True, license="llama3.1", min_transformers="4.43.0"),
+    Model("mistral-7b-v0.3", "mistralai/Mistral-7B-v0.3", "mistral", 7_248_023_552, 32, 4096, 32, 32768, 32768, False,
+          key_value_heads=8, intermediate_size=14336, gated=True, license="apache-2.0", min_transformers="4.34.0"),
+    Model("qwen2.5-7b", "Qwen/Qwen2.5-7B", "qwen2", 7_615_616_512, 28, 3584, 28, 32768, 152064, False,
+          key_value_heads=4, intermediate_size=18944, license="apache-2.0", min_transformers="4.37.0"),
+    # "All our open-source models, except for the 3B and 72B variants, are licensed under Apache 2.0" (README).
+    Model("qwen2.5-72b", "Qwen/Qwen2.5-72B", "qwen2", 72_706_203_648, 80, 8192, 64, 32768, 152064, False,
+          key_value_heads=8, intermediate_size=29568, license="qwen", min_transformers="4.37.0"),
+)
+
 MODELS: dict[str, Model] = {
     m.name: m
     for m in [
-        Model("gpt-j-6b", "EleutherAI/gpt-j-6b", "gptj", 6_053_381_344, 28, 4096, 16, 2048, 50400, True),
-        Model("gpt-neox-20b", "EleutherAI/gpt-neox-20b", "gpt_neox", 20_554_567_680, 44, 6144, 64, 2048, 50432, True),
-        Model("opt-30b", "facebook/opt-30b", "opt", 29_974_865_920, 48, 7168, 56, 2048, 50272, True),
+        Model("gpt-j-6b", "EleutherAI/gpt-j-6b", "gptj", 6_053_381_344, 28, 4096, 16, 2048, 50400, True,
+              license="apache-2.0"),
+        Model("gpt-neox-20b", "EleutherAI/gpt-neox-20b", "gpt_neox", 20_554_567_680, 44, 6144, 64, 2048, 50432, True,
+              license="apache-2.0"),
+        Model("opt-30b", "facebook/opt-30b", "opt", 29_974_865_920, 48, 7168, 56, 2048, 50272, True,
+              license="other"),
         Model("bloom-176b", "bigscience/bloom", "bloom", 176_247_271_424, 70, 14336, 112, 2048, 250880, True,
-              BLOOM_CHECKPOINTS),
+              BLOOM_CHECKPOINTS, tied_embeddings=True, license="bigscience-bloom-rail-1.0"),
+        *CURRENT_MODELS,
     ]
 }
 # fmt: on

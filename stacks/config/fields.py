@@ -10,8 +10,18 @@ import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationInfo, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+)
 
+from stacks import synth_cache
 from stacks.catalog.instances import INSTANCE_TYPES
 from stacks.catalog.models import MODELS
 from stacks.failures import Refused
@@ -62,6 +72,8 @@ def invalid(source: str, problems: list[str]) -> ConfigError:
 # Field types: each validator's message says what is accepted.
 
 
+@functools.cache
+@synth_cache.on_disk  # 100 jsii round trips per call otherwise, and synth asks for every region
 def _aws_regions() -> dict[str, str]:
     """Region name -> partition, from the CDK's own region facts (no network, same list the CDK uses)."""
     from aws_cdk.region_info import RegionInfo
@@ -171,3 +183,13 @@ def _check_model(value: str) -> str:
 
 
 ModelName = Annotated[str, AfterValidator(_check_model)]
+
+
+class VpcConfig(_Strict):
+    """Subnets and security groups of one VPC: where training jobs run (training.vpc) or where the endpoint's
+    instances put their network interfaces (serving.vpc)."""
+
+    subnet_ids: tuple[Annotated[str, StringConstraints(pattern=r"^subnet-[0-9a-f]{8,17}$")], ...] = Field(min_length=1)
+    security_group_ids: tuple[Annotated[str, StringConstraints(pattern=r"^sg-[0-9a-f]{8,17}$")], ...] = Field(
+        min_length=1
+    )

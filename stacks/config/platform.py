@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from stacks.catalog.models import MODELS
+from stacks.config import served_adapters
 from stacks.config.fields import AccountId, ProjectName, Region, StageName, Tags, _Strict
 from stacks.config.serving import ServingConfig
 from stacks.config.training import TrainingConfig
@@ -85,6 +88,48 @@ class StageConfig(_Strict):
     tags: Tags = Field(default_factory=dict, description="tags on every resource of this stage")
     training: TrainingConfig = Field(default_factory=TrainingConfig, description="the stage's fine-tuning pipeline")
     serving: ServingConfig = Field(default_factory=ServingConfig, description="the stage's inference endpoint")
+    huggingface_token_secret: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9/_+=.@-]+$",
+        description="name of a Secrets Manager secret the stage's storage stack creates, empty, for a Hugging Face "
+        "read token: put the token with `aws secretsmanager put-secret-value --secret-id <name> --secret-string "
+        "<token>`. Encrypted with the stage key; only the weights-staging jobs can read it. Required when the stage "
+        "stages a gated model (Llama, Mistral)",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _own_adapters_follow_training(cls, data: Any) -> Any:
+        """Adapters from the stage's own registry take their rank from its LoRA training (served_adapters.py)."""
+        return served_adapters.fill_from_training(data)
+
+    @model_validator(mode="after")
+    def _gated_models_have_a_token(self) -> StageConfig:
+        name = self.huggingface_token_secret
+        if name is not None and re.search(r"-[A-Za-z0-9]{6}$", name):
+            # Secrets Manager appends "-" and six random characters to a secret's name in its ARN; the stage key's
+            # policy matches the ARN that way (StorageStack._huggingface_token), and Secrets Manager warns that such
+            # names are ambiguous in partial-ARN lookups.
+            raise ValueError(
+                f"huggingface_token_secret {name!r} ends with a hyphen and six characters, which Secrets Manager "
+                "appends to every secret's name in its ARN; end it otherwise, e.g. with /token"
+            )
+        if name is not None:
+            return self
+        staged = [("training.model", self.training.model)]
+        if self.serving.staged_weights is not None:
+            staged.append(("serving.model", self.serving.model))
+        for field, name in staged:
+            model = MODELS[name]
+            if model.gated:
+                raise ValueError(
+                    f"{field}: {name} is gated on Hugging Face ({model.hf_id}: its owner grants access account by "
+                    "account), so the job that stages it needs a token of an account with access; set "
+                    "huggingface_token_secret to a secret name for this stage (e.g. <project>/<stage>/huggingface-"
+                    "token): the stack creates it empty, and you put the token in it with aws secretsmanager "
+                    "put-secret-value before running the staging pipeline"
+                )
+        return self
 
 
 class PlatformConfig(_Strict):

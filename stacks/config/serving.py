@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, StringConstraints, model_validator
+from pydantic import AfterValidator, Field, PrivateAttr, StringConstraints, model_validator
 
 from stacks import api_limits, sizing
+from stacks.catalog import images, inference_hosts
 from stacks.catalog.instances import INSTANCE_TYPES
-from stacks.catalog.models import FOLLOWED_BRANCH, MODELS, DeepSpeedCheckpoint, StagedWeights, check_commit
-from stacks.config.fields import InstanceTypeName, ModelName, _Strict
+from stacks.catalog.models import (
+    FOLLOWED_BRANCH,
+    LMI_DEEPSPEED_TRANSFORMERS,
+    MODELS,
+    DeepSpeedCheckpoint,
+    StagedWeights,
+    check_commit,
+)
+from stacks.config import components, served_adapters
+from stacks.config.components import AutoscalingConfig, ComponentConfig
+from stacks.config.fields import InstanceTypeName, ModelName, VpcConfig, _Strict
 
 S3Prefix = Annotated[str, StringConstraints(pattern=r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]/(.+/)?$")]
 # SageMaker's limits on these (and every other value that reaches an API) are checked by stacks/api_limits.py.
@@ -93,22 +103,8 @@ class WeightsConfig(_Strict):
         return self
 
 
-class AutoscalingConfig(_Strict):
-    """Target tracking on invocations per instance."""
-
-    min_instances: int = Field(default=1, ge=1, description="never fewer instances (an idle endpoint still bills)")
-    max_instances: int = Field(default=1, ge=1, description="never more instances")
-    invocations_per_instance_per_minute: int = Field(
-        default=60, ge=1, description="scale out above this many invocations per instance per minute"
-    )
-    scale_out_cooldown_seconds: int = Field(default=300, ge=0, description="wait after adding instances")
-    scale_in_cooldown_seconds: int = Field(default=900, ge=0, description="wait after removing instances")
-
-    @model_validator(mode="after")
-    def _ordered(self) -> AutoscalingConfig:
-        if self.min_instances > self.max_instances:
-            raise ValueError(f"min_instances {self.min_instances} is above max_instances {self.max_instances}")
-        return self
+# AutoscalingConfig and the inference components live in components.py; a component's weights are a WeightsConfig.
+ComponentConfig.model_rebuild(_types_namespace={"WeightsConfig": WeightsConfig})
 
 
 class AlarmsConfig(_Strict):
@@ -152,11 +148,35 @@ class ServingConfig(_Strict):
     weights: WeightsConfig = Field(default_factory=WeightsConfig)
     max_new_tokens: int = Field(default=256, ge=1, description="cap on new tokens per request")
     max_batch_size: int = Field(default=4, ge=1, description="prompts per request (deepspeed) or running sequences")
-    startup_timeout_seconds: TimeoutSeconds | None = Field(
-        default=None, description="container start-up health check; default sized from the weights to download"
+    context_tokens: int | None = Field(
+        default=None,
+        ge=2,
+        description="tokens per sequence the engine serves, prompt and new tokens together (vLLM's max_model_len, "
+        "the deepspeed handler's context_length); default: the model's whole context (stacks/catalog/models.py). "
+        "The KV cache is sized for max_batch_size sequences this long: lower it to serve a long-context model on "
+        "smaller GPUs",
     )
-    download_timeout_seconds: TimeoutSeconds = Field(
-        default=600, description="download of model.tar.gz (the code; the weights download at start-up)"
+    startup_timeout_seconds: TimeoutSeconds | None = Field(
+        default=None,
+        description="container start-up health check (loading the delivered weights onto the GPUs); default sized "
+        "from the weights",
+    )
+    download_timeout_seconds: TimeoutSeconds | None = Field(
+        default=None,
+        description="SageMaker's copy of the model data (the weights, and the deepspeed handler beside them) from S3 "
+        "onto each instance, before the container starts; default sized from the weights, at most 3600",
+    )
+    network_isolation: bool = Field(
+        default=True,
+        description="run the container without network access (EnableNetworkIsolation): SageMaker delivers the "
+        "weights and the handler before it starts, and nothing in it needs the network. false only for a handler "
+        "of your own that must call out",
+    )
+    vpc: VpcConfig | None = Field(
+        default=None,
+        description="put the endpoint's instances in these subnets, behind these security groups (the Model's "
+        "VpcConfig); SageMaker still delivers the model data itself, so an isolated endpoint needs no VPC endpoint "
+        "for it",
     )
     volume_size_gib: int | None = Field(
         default=None, description="EBS volume (1-512 GiB); only on instance types without local NVMe storage"
@@ -175,6 +195,34 @@ class ServingConfig(_Strict):
     autoscaling: AutoscalingConfig = Field(default_factory=AutoscalingConfig)
     alarms: AlarmsConfig = Field(default_factory=AlarmsConfig)
     deployment: DeploymentConfig = Field(default_factory=DeploymentConfig)
+    components: tuple[ComponentConfig, ...] = Field(
+        default=(),
+        description="inference components: the endpoint holds instances and each component is one model with its own "
+        "copies, GPUs and memory, invoked by name (InferenceComponentName <project>-<stage>-<name>); with them "
+        "autoscaling.min_instances may be 0 (scale to zero). Empty: one model per instance, blue/green updates",
+    )
+
+    # A component's effective config carries the LoRA slots of its adapters (components.component_servings).
+    _lora: served_adapters.LoraSlots | None = PrivateAttr(default=None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _adapters_need_a_component(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "adapters" in data:
+            raise ValueError(
+                "adapters: LoRA adapters attach to a base model served as an inference component (each adapter is an "
+                "adapter component over it): move them under serving.components[].adapters, with a component for "
+                "the base model"
+            )
+        return data
+
+    def attach_lora(self, lora: served_adapters.LoraSlots | None) -> None:
+        self._lora = lora
+
+    @property
+    def lora(self) -> served_adapters.LoraSlots | None:
+        """The engine's LoRA slots: only on a component's effective config, when it has adapters."""
+        return self._lora
 
     @property
     def catalog_model(self):
@@ -200,15 +248,20 @@ class ServingConfig(_Strict):
             weights.checkpoint, revision=weights.revision, allow_pickle=weights.allow_pickle
         )
 
+    @property
+    def served_context(self) -> int:
+        """Tokens per sequence: the config's context_tokens, or the model's whole context."""
+        return self.context_tokens or self.catalog_model.context_tokens
+
     def fit(self) -> sizing.ServingFit:
-        model = self.catalog_model
         return sizing.serving_fit(
-            model,
+            self.catalog_model,
             self.dtype,
             self.tensor_parallel_degree,
             self.catalog_instance,
             batch_size=self.max_batch_size,
-            tokens=model.context_tokens,
+            tokens=self.served_context,
+            lora_gib=served_adapters.slots_gib(self.catalog_model, self._lora) if self._lora else 0.0,
         )
 
     def host_fit(self) -> sizing.HostFit:
@@ -227,6 +280,39 @@ class ServingConfig(_Strict):
             self.catalog_model, self.dtype, self.checkpoint
         )
 
+    @property
+    def download_timeout(self) -> int:
+        return self.download_timeout_seconds or sizing.download_timeout_seconds(
+            self.catalog_model, self.dtype, self.checkpoint
+        )
+
+    @property
+    def inference_ami_version(self) -> str | None:
+        """The production variant's InferenceAmiVersion: the host AMI the engine's image needs
+        (stacks/catalog/inference_hosts.py); None leaves SageMaker's default for the instance type."""
+        ami = inference_hosts.required_ami(images.lmi_image(self.engine))
+        return ami.name if ami else None
+
+    @model_validator(mode="after")
+    def _check_host(self) -> ServingConfig:
+        """The instance must start the engine's image: the host AMI it needs, GPUs its kernels are built for."""
+        image = images.lmi_image(self.engine)
+        problem = inference_hosts.host_problem(image, self.instance_type, self.catalog_instance.gpu.model)
+        if problem:
+            families = sorted(
+                {
+                    name.split(".")[1]
+                    for name, i in INSTANCE_TYPES.items()
+                    if not inference_hosts.host_problem(image, name, i.gpu.model)
+                }
+            )
+            raise ValueError(
+                f"instance_type {self.instance_type} with engine {self.engine}: {problem}; use an instance type of "
+                f"{', '.join(f'ml.{f}' for f in families)}"
+                + (", or engine deepspeed" if self.engine != "deepspeed" else "")
+            )
+        return self
+
     @model_validator(mode="after")
     def _check_model_fits_instance(self) -> ServingConfig:
         model, instance, tp = self.catalog_model, self.catalog_instance, self.tensor_parallel_degree
@@ -237,10 +323,19 @@ class ServingConfig(_Strict):
                 f"tensor_parallel_degree {tp} must divide the {instance.gpu_count} GPU(s) of {self.instance_type}; "
                 f"use one of {options}"
             )
-        if model.attention_heads % tp:
+        if not sizing.splits_heads(model, tp, self.engine):
+            raise ValueError(self._head_split_problem())
+        if self.engine == "deepspeed" and not model.loads_with_transformers(LMI_DEEPSPEED_TRANSFORMERS):
             raise ValueError(
-                f"tensor_parallel_degree {tp} does not divide the {model.attention_heads} attention heads of "
-                f"{self.model}; use a divisor of {model.attention_heads}"
+                f"engine deepspeed: the LMI 0.27.0 image ships transformers {LMI_DEEPSPEED_TRANSFORMERS}, which cannot "
+                f"load {self.model} (its {model.architecture} config needs transformers {model.min_transformers} or "
+                "later); use engine vllm"
+            )
+        if self.context_tokens is not None and self.context_tokens > model.context_tokens:
+            raise ValueError(
+                f"context_tokens {self.context_tokens} is above the {model.context_tokens}-token context of "
+                f"{self.model}: the engine refuses a longer max_model_len than the model's; use at most "
+                f"{model.context_tokens}, or leave it out"
             )
         if self.dtype == "bf16" and not instance.gpu.bf16:
             raise ValueError(f"dtype bf16 needs Ampere or newer GPUs; {instance.gpu.model} has none: use fp16")
@@ -270,11 +365,12 @@ class ServingConfig(_Strict):
         fit = self.fit()
         if not fit.fits:
             suggestion = sizing.suggest_serving(
-                model, self.dtype, instance, batch_size=self.max_batch_size, tokens=model.context_tokens
+                model, self.dtype, instance, self.engine, batch_size=self.max_batch_size, tokens=self.served_context
             )
             raise ValueError(
                 f"{self.model} {self.dtype} with tensor_parallel_degree {tp} does not fit {where}: needs "
-                f"{fit.describe()}; {suggestion}"
+                f"{fit.describe()}; {suggestion}; or shrink the KV cache, sized for max_batch_size "
+                f"{self.max_batch_size} x context_tokens {self.served_context}"
             )
         host = self.host_fit()
         if not host.fits:
@@ -284,18 +380,38 @@ class ServingConfig(_Strict):
                 instance,
                 engine=self.engine,
                 batch_size=self.max_batch_size,
-                tokens=model.context_tokens,
+                tokens=self.served_context,
             )
             raise ValueError(
                 f"{self.model} {self.dtype} with tensor_parallel_degree {tp} cannot load on {self.instance_type} "
                 f"({instance.host_memory_gib} GiB of host memory): needs {host.describe()}; {suggestion}"
             )
-        if self.max_new_tokens >= model.context_tokens:
+        if self.max_new_tokens >= self.served_context:
             raise ValueError(
-                f"max_new_tokens {self.max_new_tokens} leaves no room for a prompt in the {model.context_tokens}-token "
-                f"context of {self.model}"
+                f"max_new_tokens {self.max_new_tokens} leaves no room for a prompt in the {self.served_context}-token "
+                f"context served of {self.model}"
             )
         return self
+
+    def _head_split_problem(self) -> str:
+        """Why the tensor parallel degree cannot split the model's attention on this engine, and what can."""
+        model, tp = self.catalog_model, self.tensor_parallel_degree
+        works = sizing.head_splits(model, self.engine, self.catalog_instance.gpu_count)
+        if model.attention_heads % tp:
+            why = f"does not divide the {model.attention_heads} attention heads of {self.model}"
+        elif self.engine == "vllm":
+            # vllm/model_executor/models/llama.py (and qwen2.py), LlamaAttention.__init__.
+            why = (
+                f"neither divides nor is a multiple of the {model.kv_heads} key/value heads of {self.model} (grouped-"
+                "query attention): vLLM splits the key/value heads evenly over the GPUs, or copies each onto a whole "
+                "number of them"
+            )
+        else:
+            why = (
+                f"does not divide the {model.kv_heads} key/value heads of {self.model} (grouped-query attention): "
+                "DeepSpeed's AutoTP gives each GPU whole key/value heads, and would leave some GPUs none"
+            )
+        return f"tensor_parallel_degree {tp} {why}; on {self.instance_type} use one of {works}"
 
     def _check_checkpoint(self) -> None:
         """A pre-sharded checkpoint is served exactly as it was made: DeepSpeed, its dtype, its split."""
@@ -323,6 +439,15 @@ class ServingConfig(_Strict):
                 f"re-split its stored shards at load, which the checkpoint was not made for; use "
                 f"tensor_parallel_degree {checkpoint.tensor_parallel_degree}, or drop checkpoint"
             )
+
+    @model_validator(mode="after")
+    def _check_components(self) -> ServingConfig:
+        components.check(self)
+        return self
+
+    def component_servings(self) -> dict[str, ServingConfig]:
+        """Each inference component's effective serving config (the stage's, with what the component sets)."""
+        return components.component_servings(self)
 
     @model_validator(mode="after")
     def _check_api_limits(self) -> ServingConfig:

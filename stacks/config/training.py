@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, StringConstraints, model_validator
 
@@ -10,7 +10,8 @@ from stacks import api_limits, sizing
 from stacks.catalog import images
 from stacks.catalog.instances import INSTANCE_TYPES
 from stacks.catalog.models import FOLLOWED_BRANCH, MODELS, StagedWeights, check_commit
-from stacks.config.fields import InstanceTypeName, ModelName, _Strict
+from stacks.config import adapters
+from stacks.config.fields import InstanceTypeName, ModelName, VpcConfig, _Strict
 
 # Any instance type CreateProcessingJob offers (its list, and the SDK's image for it, are checked below).
 ProcessingInstanceType = Annotated[str, StringConstraints(pattern=r"^ml\.")]
@@ -50,13 +51,6 @@ class SpotConfig(_Strict):
     )
 
 
-class VpcConfig(_Strict):
-    subnet_ids: tuple[Annotated[str, StringConstraints(pattern=r"^subnet-[0-9a-f]{8,17}$")], ...] = Field(min_length=1)
-    security_group_ids: tuple[Annotated[str, StringConstraints(pattern=r"^sg-[0-9a-f]{8,17}$")], ...] = Field(
-        min_length=1
-    )
-
-
 class PretrainedConfig(_Strict):
     """Which commit of the model's Hugging Face repository fine-tuning starts from, and in which weights format."""
 
@@ -87,6 +81,14 @@ class TrainingConfig(_Strict):
     precision: Literal["fp16", "bf16", "fp32"] = "fp16"
     activation_checkpointing: bool = True
     smp: SmpConfig = Field(default_factory=SmpConfig)
+    method: Literal["full", "lora", "qlora"] = Field(
+        default="full",
+        description="full: every weight, with SMP; lora: PEFT adapters over frozen base weights, PyTorch DDP; "
+        "qlora: adapters over 4-bit base weights (bitsandbytes, bf16 GPUs). lora and qlora register an adapter",
+    )
+    lora: adapters.LoraConfig = Field(
+        default_factory=adapters.LoraConfig, description="the adapters' settings (method lora or qlora)"
+    )
     # Defaults of the pipeline parameters each run may override.
     max_steps: int = Field(default=1000, ge=1)
     learning_rate: float = Field(default=2e-4, gt=0)
@@ -136,10 +138,19 @@ class TrainingConfig(_Strict):
     def data_parallel_degree(self) -> int:
         return self.world_size // (self.smp.tensor_parallel_degree * self.smp.pipeline_parallel_degree)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _adapters_run_without_smp(cls, data: Any) -> Any:
+        return adapters.normalize(data)
+
     def host_fit(self) -> sizing.HostFit:
+        if self.method != "full":
+            return adapters.host_fit(self)
         return sizing.training_host_fit(self.catalog_model, self.catalog_instance, processes=self.processes)
 
     def fit(self) -> sizing.TrainingFit:
+        if self.method != "full":
+            return adapters.training_fit(self)
         smp = self.smp
         return sizing.training_fit(
             self.catalog_model,
@@ -207,9 +218,34 @@ class TrainingConfig(_Strict):
             raise ValueError("; ".join(problems))
         return self
 
+    def _check_smp_v1_loads_model(self) -> None:
+        """SMP v1 runs in the PyTorch 1.13.1 image, where the lock pins transformers 4.21.0 (the last release SMP
+        v1's tensor parallelism replaces); a model whose config needs a later transformers does not load there."""
+        from stacks import training_job
+
+        model = self.catalog_model
+        python = training_job._python_version(images.training_framework(1)[1])
+        pinned = training_job.pinned_version(training_job.TRAINING_REQUIREMENTS, "transformers", python)
+        if not model.loads_with_transformers(pinned):
+            raise ValueError(
+                f"smp.version 1 cannot fine-tune {self.model}: its image runs transformers {pinned} (training/"
+                f"requirements.txt, Python {python}), and {model.architecture} models need transformers "
+                f"{model.min_transformers} or later; use smp.version 2 (precision bf16)"
+            )
+
     @model_validator(mode="after")
     def _check_layout(self) -> TrainingConfig:
         instance, smp = self.catalog_instance, self.smp
+        if self.method == "full" and "lora" in self.model_fields_set:
+            raise ValueError("lora: set training.method lora or qlora to train adapters, or remove training.lora")
+        if self.method != "full":
+            adapters.check(self)
+            from stacks import training_job
+
+            training_job.check_with_train_py(self)
+            return self
+        if smp.version == 1:
+            self._check_smp_v1_loads_model()
         model_parallel = smp.tensor_parallel_degree * smp.pipeline_parallel_degree
         if self.processes > instance.gpu_count:
             raise ValueError(

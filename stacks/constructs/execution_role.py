@@ -8,6 +8,7 @@ made it, with the reason.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from aws_cdk import ArnFormat, Stack
 from aws_cdk import aws_iam as iam
@@ -16,6 +17,7 @@ from aws_cdk import aws_s3 as s3
 from cdk_nag import NagPackSuppression, NagSuppressions, RegexAppliesTo
 from constructs import Construct
 
+from stacks import construct_reads
 from stacks.catalog.images import ImageUri
 
 # What ECR needs to pull one image (the auth token is account-wide by design).
@@ -108,11 +110,11 @@ class SageMakerExecutionRole(Construct):
         """Use the stage's key through S3 (decrypt to read; generate data keys to write)."""
         actions = ["kms:Decrypt", "kms:DescribeKey"] + (["kms:GenerateDataKey"] if encrypt else [])
         sid = "UseKeyReadWrite" if encrypt else "UseKeyRead"
-        self.role.add_to_principal_policy(iam.PolicyStatement(sid=sid, actions=actions, resources=[key.key_arn]))
+        self.role.add_to_policy(iam.PolicyStatement(sid=sid, actions=actions, resources=[key.key_arn]))
 
     def allow_volume_encryption(self, key: kms.IKey) -> None:
         """Let SageMaker attach the key to the job's storage volume (a grant for an AWS resource only)."""
-        self.role.add_to_principal_policy(
+        self.role.add_to_policy(
             iam.PolicyStatement(
                 sid="EncryptVolumes",
                 actions=["kms:CreateGrant"],
@@ -126,7 +128,7 @@ class SageMakerExecutionRole(Construct):
         partition = Stack.of(self).partition
         arns = sorted({ImageUri.parse(u).repository_arn(partition) for u in image_uris})
         self._pull_statements += 1
-        self.role.add_to_principal_policy(
+        self.role.add_to_policy(
             iam.PolicyStatement(sid=f"PullImages{self._pull_statements}", actions=ECR_PULL_ACTIONS, resources=arns)
         )
 
@@ -155,7 +157,9 @@ class SageMakerExecutionRole(Construct):
         reason: str | None = None,
         wildcard: str | None = None,
     ) -> None:
-        self.role.add_to_principal_policy(
+        # add_to_policy, not add_to_principal_policy: the same statement added, and a bool back instead of a struct
+        # that jsii reads field by field (two more round trips to node per statement).
+        self.role.add_to_policy(
             iam.PolicyStatement(sid=sid, actions=actions, resources=resources, conditions=conditions)
         )
         if wildcard:
@@ -176,9 +180,111 @@ def _name(*parts: object) -> str:
     """A statement id fragment from construct ids or prefixes: `raw/` -> `Raw`."""
     out = []
     for part in parts:
-        text = part.node.id if isinstance(part, Construct) else str(part)
+        text = construct_reads.construct_id(part) if isinstance(part, Construct) else str(part)
         out.append("".join(w.capitalize() for w in re.split(r"[^A-Za-z0-9]+", text) if w))
     return "".join(out)
+
+
+# What SageMaker documents for an execution role whose Model (or job) runs in a VPC (sagemaker-roles.html, "CreateModel
+# API: Execution Role Permissions"). The Describe actions support no resource-level permissions.
+VPC_DESCRIBE_ACTIONS = [
+    "ec2:DescribeDhcpOptions",
+    "ec2:DescribeNetworkInterfaces",
+    "ec2:DescribeSecurityGroups",
+    "ec2:DescribeSubnets",
+    "ec2:DescribeVpcs",
+]
+
+
+def vpc_access_policy(
+    scope: Construct, construct_id: str, *, role: iam.IRole, vpc: Any, jobs: bool = False, also: tuple = ()
+) -> iam.Policy:
+    """SageMaker's network interfaces for `role`'s instances (and those of the roles in `also`).
+
+    For a Model (hosting), in `vpc`'s subnets and security groups only: CreateNetworkInterface is limited to the
+    configured subnets and security groups (and the new interface, whose id is not known before); handing an
+    interface to SageMaker's instances and deleting it, to interfaces in those subnets, for SageMaker only
+    (ec2:AuthorizedService, as SageMaker's own service-role policy limits it).
+
+    For training and processing jobs (`jobs`), the same actions with no subnet or security-group scoping: SageMaker
+    documents them unscoped for a job in a VPC (sagemaker-roles.html, CreateProcessingJob and CreateTrainingJob API:
+    Execution Role Permissions), and a job's interfaces are created while the job starts, where a policy scoped
+    tighter than AWS documents fails the job rather than the deploy; nothing on AWS has shown the subnet scoping
+    passes those checks. What stays: this account and region's interfaces, subnets and security groups, and
+    interface permissions for SageMaker only.
+    """
+    stack = Stack.of(scope)
+
+    def ec2(resource: str, name: str) -> str:
+        return stack.format_arn(service="ec2", resource=resource, resource_name=name)
+
+    subnets = [ec2("subnet", "*")] if jobs else [ec2("subnet", s) for s in vpc.subnet_ids]
+    groups = [ec2("security-group", "*")] if jobs else [ec2("security-group", g) for g in vpc.security_group_ids]
+    in_subnets = {} if jobs else {"ArnEquals": {"ec2:Subnet": subnets}}
+    interfaces = ec2("network-interface", "*")
+    policy = iam.Policy(
+        scope,
+        construct_id,
+        roles=[role, *also],
+        statements=[
+            iam.PolicyStatement(sid="DescribeNetwork", actions=VPC_DESCRIBE_ACTIONS, resources=["*"]),
+            iam.PolicyStatement(
+                sid="CreateInterfaces",
+                actions=["ec2:CreateNetworkInterface"],
+                resources=[*subnets, *groups, interfaces],
+            ),
+            iam.PolicyStatement(
+                sid="HandInterfacesToSageMaker",
+                actions=["ec2:CreateNetworkInterfacePermission"],
+                resources=[interfaces],
+                conditions={"StringEquals": {"ec2:AuthorizedService": "sagemaker.amazonaws.com"}, **in_subnets},
+            ),
+            iam.PolicyStatement(
+                sid="DeleteInterfaces",
+                actions=["ec2:DeleteNetworkInterface"],
+                resources=[interfaces],
+                conditions=in_subnets or None,
+            ),
+            # The request names a permission id, but IAM authorizes it on the interface (the Service Authorization
+            # Reference lists network-interface as its resource type), so not on "*": checkov's CKV_AWS_109.
+            iam.PolicyStatement(
+                sid="RevokeInterfacePermissions",
+                actions=["ec2:DeleteNetworkInterfacePermission"],
+                resources=[interfaces],
+            ),
+        ],
+    )
+    NagSuppressions.add_resource_suppressions(
+        policy,
+        [
+            NagPackSuppression(
+                id="AwsSolutions-IAM5",
+                reason="EC2's Describe actions take no resource; a network interface's id is "
+                "only known once SageMaker created it, so the interface statements name every interface of the "
+                "account and region" + ("" if jobs else ", limited by condition to the configured subnets"),
+                applies_to=[
+                    "Resource::*",
+                    RegexAppliesTo(regex=r"/^Resource::arn:[^:]+:ec2:.*:network-interface\/\*$/"),
+                ],
+            ),
+            *(
+                [
+                    NagPackSuppression(
+                        id="AwsSolutions-IAM5",
+                        reason="Training and processing jobs in a VPC: SageMaker documents the network-interface "
+                        "actions unscoped for a job's execution role; the statement names this account and region's "
+                        "subnets and security groups",
+                        applies_to=[
+                            RegexAppliesTo(regex=r"/^Resource::arn:[^:]+:ec2:.*:(subnet|security-group)\/\*$/")
+                        ],
+                    )
+                ]
+                if jobs
+                else []
+            ),
+        ],
+    )
+    return policy
 
 
 def event_rule_role(scope: Construct, construct_id: str, *, rule_name: str, description: str) -> iam.Role:

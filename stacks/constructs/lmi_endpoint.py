@@ -12,8 +12,10 @@ together, see research/cdk_anchors.md §1):
 
 from __future__ import annotations
 
+import functools
+from typing import Protocol
+
 from aws_cdk import ArnFormat, Duration, Stack
-from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_iam as iam
@@ -24,13 +26,81 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
-from stacks import layout
+from stacks import layout, serving_properties
 from stacks.config import ServingConfig
-from stacks.constructs import key_policy
+from stacks.config import components as component_config
+from stacks.constructs import endpoint_scaling, inference_components, key_policy
 
 VARIANT = "AllTraffic"
+# Where SageMaker puts the files of the Model's ModelDataSource before the container starts (S3ModelDataSource: each
+# object's key, less the prefix, is its path under /opt/ml/model); DJL serves the model in this folder.
+MODEL_DIR = "/opt/ml/model"
 ROUTING = {"least_outstanding_requests": "LEAST_OUTSTANDING_REQUESTS", "random": "RANDOM"}
 TRAFFIC = {"all_at_once": "ALL_AT_ONCE", "canary": "CANARY", "linear": "LINEAR"}
+
+
+class ServedCode(Protocol):
+    """The handler SageMaker delivers beside the weights: `folder` is its place inside the served prefix
+    (`inference/<sha256>/`, a deploy-time value), the same under /opt/ml/model."""
+
+    folder: str
+
+
+def lmi_model(
+    scope: Construct,
+    construct_id: str,
+    *,
+    config: ServingConfig,
+    image_uri: str,
+    weights_uri: str,
+    code: ServedCode | None,
+    role: iam.IRole,
+) -> sagemaker.CfnModel:
+    """The SageMaker Model of an LMI engine: SageMaker copies the served prefix, uncompressed, to /opt/ml/model
+    before the container starts, and the container runs without network access unless the config says otherwise.
+
+    Args:
+        config: the stage's serving config (engine, serving keys, network isolation, VPC).
+        image_uri: the LMI container image.
+        weights_uri: `s3://bucket/prefix/` of the served weights (may be a deploy-time value); the whole prefix is
+            delivered, the handler's `inference/<sha256>/` folder included.
+        code: the handler inside that prefix (engine deepspeed); None for engines LMI serves with its own handler.
+        role: the hosting execution role; it must read the prefix (and decrypt it) and, with a VPC, manage the
+            instances' network interfaces.
+
+    The engine's serving.properties keys travel as OPTION_* environment variables (DJL reads them as option.*, and
+    OPTION_ENGINE as engine): the delivered folder holds weights and handler only, so one prefix serves every stage
+    config without a copy per deploy.
+    """
+    if (config.engine == "deepspeed") != (code is not None):
+        raise ValueError(
+            f"engine {config.engine}: "
+            + ("needs the handler delivered beside the weights" if code is None else "runs LMI's own handler")
+        )
+    entry_point = None if code is None else f"{MODEL_DIR}/{code.folder}model.py"
+    vpc = config.vpc
+    return sagemaker.CfnModel(
+        scope,
+        construct_id,
+        execution_role_arn=role.role_arn,
+        enable_network_isolation=config.network_isolation,
+        vpc_config=(
+            sagemaker.CfnModel.VpcConfigProperty(
+                subnets=list(vpc.subnet_ids), security_group_ids=list(vpc.security_group_ids)
+            )
+            if vpc is not None
+            else None
+        ),
+        primary_container=sagemaker.CfnModel.ContainerDefinitionProperty(
+            image=image_uri,
+            model_data_source=sagemaker.CfnModel.ModelDataSourceProperty(
+                s3_data_source=sagemaker.CfnModel.S3DataSourceProperty(
+                    s3_uri=weights_uri, s3_data_type="S3Prefix", compression_type="None"
+                )
+            ),
+            environment=serving_properties.environment(config, entry_point=entry_point),
+        ),
+    )
 
 
 class LmiEndpoint(Construct):
@@ -40,8 +110,10 @@ class LmiEndpoint(Construct):
         config: the stage's serving config.
         endpoint_name: the endpoint's stable name.
         image_uri: the LMI container image.
-        code_uri: S3 URI of model.tar.gz (the handler and its rendered serving.properties).
-        weights_uri: S3 prefix of the Hugging Face weights (may be a deploy-time value).
+        weights_uri: S3 prefix of the served weights (may be a deploy-time value), delivered by SageMaker.
+        code: the handler delivered inside that prefix (deepspeed), or None (vllm).
+        components: with config.components, each component's (weights_uri, code) by name, in place of weights_uri
+            and code: each component is a Model of its own (stacks/constructs/inference_components.py).
         role: the hosting execution role.
         encryption_key: encrypts captured data, and the volume where the instance allows.
         data_bucket: receives captured requests under capture/ when data capture is on.
@@ -55,45 +127,70 @@ class LmiEndpoint(Construct):
         config: ServingConfig,
         endpoint_name: str,
         image_uri: str,
-        code_uri: str,
-        weights_uri: str,
+        weights_uri: str | None,
+        code: ServedCode | None,
         role: iam.IRole,
         encryption_key: kms.IKey,
         data_bucket: s3.IBucket,
+        components: dict[str, tuple[str, ServedCode | None]] | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.config = config
         self.endpoint_name = endpoint_name
         instance = config.catalog_instance
 
-        weights_env = {"deepspeed": "WEIGHTS_S3_URI", "vllm": "OPTION_MODEL_ID"}[config.engine]
-        self.model = sagemaker.CfnModel(
-            self,
-            "Model",
-            execution_role_arn=role.role_arn,
-            primary_container=sagemaker.CfnModel.ContainerDefinitionProperty(
-                image=image_uri,
-                model_data_url=code_uri,
-                environment={
-                    weights_env: weights_uri,
-                    # DJL's fallback when serving.properties has no option.tensor_parallel_degree.
-                    "TENSOR_PARALLEL_DEGREE": str(config.tensor_parallel_degree),
-                },
-            ),
-        )
+        hosts_components = bool(config.components)
+        if hosts_components:
+            # One Model per component, each with its own weights; the variant holds instances only.
+            servings = config.component_servings()
+            self.model = None
+            self.component_models = {
+                name: lmi_model(
+                    self,
+                    f"Model{inference_components.construct_id(name)}",
+                    config=servings[name],
+                    image_uri=image_uri,
+                    weights_uri=served_uri,
+                    code=served_code,
+                    role=role,
+                )
+                for name, (served_uri, served_code) in (components or {}).items()
+            }
+            if set(self.component_models) != set(servings):
+                raise ValueError(f"components: Models for {sorted(servings)}, given {sorted(self.component_models)}")
+        else:
+            self.model = lmi_model(
+                self, "Model", config=config, image_uri=image_uri, weights_uri=weights_uri, code=code, role=role
+            )
+            self.component_models = {}
 
+        vpc = config.vpc
         self.endpoint_config = sagemaker.CfnEndpointConfig(
             self,
             "Config",
+            # An endpoint of components runs their containers with this role, isolated and in this VPC as its
+            # Models are (CreateEndpointConfig: ExecutionRoleArn, EnableNetworkIsolation, VpcConfig).
+            execution_role_arn=role.role_arn if hosts_components else None,
+            enable_network_isolation=config.network_isolation if hosts_components else None,
+            vpc_config=(
+                sagemaker.CfnEndpointConfig.VpcConfigProperty(
+                    subnets=list(vpc.subnet_ids), security_group_ids=list(vpc.security_group_ids)
+                )
+                if hosts_components and vpc is not None
+                else None
+            ),
             production_variants=[
-                sagemaker.CfnEndpointConfig.ProductionVariantProperty(
+                inference_components.components_variant(config, variant_name=VARIANT, routing=ROUTING[config.routing])
+                if hosts_components
+                else sagemaker.CfnEndpointConfig.ProductionVariantProperty(
                     variant_name=VARIANT,
                     model_name=self.model.attr_model_name,
                     instance_type=config.instance_type,
                     initial_instance_count=config.autoscaling.min_instances,
                     initial_variant_weight=1.0,
-                    model_data_download_timeout_in_seconds=config.download_timeout_seconds,
+                    model_data_download_timeout_in_seconds=config.download_timeout,
                     container_startup_health_check_timeout_in_seconds=config.startup_timeout,
+                    inference_ami_version=config.inference_ami_version,  # the host driver a CUDA 13 image needs
                     volume_size_in_gb=config.volume_size_gib if instance.volume_size_supported else None,
                     routing_config=sagemaker.CfnEndpointConfig.RoutingConfigProperty(
                         routing_strategy=ROUTING[config.routing]
@@ -133,23 +230,53 @@ class LmiEndpoint(Construct):
         )
         for email in config.alarms.emails:
             self.topic.add_subscription(subscriptions.EmailSubscription(email))
-        self.alarms = self._alarms()
+        # With components, errors, latency and GPU memory are per component (InferenceComponents); the instances'
+        # disk stays the endpoint's.
+        self.alarms = self._alarms(only=("Disk",) if hosts_components else None)
 
         self.endpoint = sagemaker.CfnEndpoint(
             self,
             "Endpoint",
             endpoint_name=endpoint_name,
             endpoint_config_name=self.endpoint_config.attr_endpoint_config_name,
-            deployment_config=sagemaker.CfnEndpoint.DeploymentConfigProperty(
-                blue_green_update_policy=self._blue_green(),
-                auto_rollback_configuration=sagemaker.CfnEndpoint.AutoRollbackConfigProperty(
-                    alarms=[sagemaker.CfnEndpoint.AlarmProperty(alarm_name=a.alarm_name) for a in self.alarms]
-                ),
+            # Components update by rolling their own copies (inference_components.py): blue/green is the classic
+            # endpoint's.
+            deployment_config=(
+                None
+                if hosts_components
+                else sagemaker.CfnEndpoint.DeploymentConfigProperty(
+                    blue_green_update_policy=self._blue_green(),
+                    auto_rollback_configuration=sagemaker.CfnEndpoint.AutoRollbackConfigProperty(
+                        alarms=[sagemaker.CfnEndpoint.AlarmProperty(alarm_name=a.alarm_name) for a in self.alarms]
+                    ),
+                )
             ),
         )
 
-        if config.autoscaling.max_instances > config.autoscaling.min_instances:
-            self._autoscaling()
+        self.components = (
+            inference_components.InferenceComponents(
+                self,
+                "Components",
+                config=config,
+                endpoint_name=endpoint_name,
+                endpoint=self.endpoint,
+                variant_name=VARIANT,
+                models=self.component_models,
+                topic=self.topic,
+            )
+            if hosts_components
+            else None
+        )
+        scaling = config.autoscaling
+        if not hosts_components and scaling.max_instances > scaling.min_instances:
+            endpoint_scaling.variant_scaling(
+                self,
+                endpoint_name=endpoint_name,
+                variant_name=VARIANT,
+                endpoint=self.endpoint,
+                scaling=scaling,
+                concurrency_target=component_config.concurrency_target(config),
+            )
         self.dashboard = self._dashboard()
 
     # --- parts ------------------------------------------------------------------------------------------------
@@ -199,10 +326,10 @@ class LmiEndpoint(Construct):
             metric_name=name,
             dimensions_map={"EndpointName": self.endpoint_name, "VariantName": VARIANT},
             statistic=statistic,
-            period=Duration.minutes(1),
+            period=_one_minute(),
         )
 
-    def _alarms(self) -> list[cloudwatch.Alarm]:
+    def _alarms(self, only: tuple[str, ...] | None = None) -> list[cloudwatch.Alarm]:
         alarms_config = self.config.alarms
         instance = self.config.catalog_instance
         instance_metrics = "/aws/sagemaker/Endpoints"
@@ -236,6 +363,8 @@ class LmiEndpoint(Construct):
         ]
         alarms = []
         for name, metric, threshold, what in specs:
+            if only is not None and name not in only:
+                continue
             alarm = cloudwatch.Alarm(
                 self,
                 name,
@@ -250,35 +379,6 @@ class LmiEndpoint(Construct):
             alarm.add_alarm_action(cw_actions.SnsAction(self.topic))
             alarms.append(alarm)
         return alarms
-
-    def _autoscaling(self) -> None:
-        scaling = self.config.autoscaling
-        # No RoleARN: Application Auto Scaling uses its service-linked role for SageMaker endpoints.
-        target = appscaling.CfnScalableTarget(
-            self,
-            "ScalableTarget",
-            service_namespace="sagemaker",
-            resource_id=f"endpoint/{self.endpoint_name}/variant/{VARIANT}",
-            scalable_dimension="sagemaker:variant:DesiredInstanceCount",
-            min_capacity=scaling.min_instances,
-            max_capacity=scaling.max_instances,
-        )
-        target.node.add_dependency(self.endpoint)
-        appscaling.CfnScalingPolicy(
-            self,
-            "InvocationsPerInstance",
-            policy_name=f"{self.endpoint_name}-invocations-per-instance",
-            policy_type="TargetTrackingScaling",
-            scaling_target_id=target.ref,
-            target_tracking_scaling_policy_configuration=appscaling.CfnScalingPolicy.TargetTrackingScalingPolicyConfigurationProperty(
-                target_value=float(scaling.invocations_per_instance_per_minute),
-                predefined_metric_specification=appscaling.CfnScalingPolicy.PredefinedMetricSpecificationProperty(
-                    predefined_metric_type="SageMakerVariantInvocationsPerInstance"
-                ),
-                scale_in_cooldown=scaling.scale_in_cooldown_seconds,
-                scale_out_cooldown=scaling.scale_out_cooldown_seconds,
-            ),
-        )
 
     def _dashboard(self) -> cloudwatch.Dashboard:
         instance = "/aws/sagemaker/Endpoints"
@@ -323,4 +423,12 @@ class LmiEndpoint(Construct):
                 ]
             )
         )
+        if self.components is not None:
+            dashboard.add_widgets(*self.components.widgets())
         return dashboard
+
+
+@functools.cache
+def _one_minute() -> Duration:
+    """One Duration for every metric's period: each Duration.minutes() is a round trip to the jsii node process."""
+    return Duration.minutes(1)

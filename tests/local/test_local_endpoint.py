@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from local.serve import MAX_PAYLOAD_BYTES, HandlerStartupError, LocalEndpoint
+from local.serve import MAX_PAYLOAD_BYTES, HandlerStartupError, LocalEndpoint, deliver
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HANDLER_DIR = REPO_ROOT / "model_artifacts" / "deepspeed"
@@ -142,20 +142,32 @@ def test_a_non_loopback_address_is_refused_unless_allowed(tiny_gptj_dir):
     LocalEndpoint(HANDLER_DIR, tiny_gptj_dir, host="0.0.0.0", allow_non_loopback=True)  # constructed, not started
 
 
-def test_weights_are_downloaded_from_s3_like_on_an_endpoint(tiny_gptj_dir, moto_s3, tmp_path, monkeypatch):
+def test_an_s3_prefix_is_delivered_as_sagemaker_delivers_it_and_the_handler_downloads_nothing(
+    tiny_gptj_dir, moto_s3, monkeypatch
+):
     for path in tiny_gptj_dir.iterdir():
         moto_s3.put_object(Bucket="local-endpoint-test", Key=f"tiny/{path.name}", Body=path.read_bytes())
-    monkeypatch.setenv("PATH", str(Path(sys.executable).parent))  # no s5cmd: the boto3 path talks to moto
-    monkeypatch.delenv("WEIGHTS_S3_URI", raising=False)
-    with LocalEndpoint(
-        HANDLER_DIR, "s3://local-endpoint-test/tiny/", properties={"option.download_dir": str(tmp_path)}, port=0
-    ) as running:
-        assert "WEIGHTS_S3_URI" not in os.environ  # set for the start-up call only
-        assert (tmp_path / "local-endpoint-test" / "tiny" / "DONE").is_file()
+    # The handler's folder beside the weights, as the stack writes it: delivered too, and not in the way.
+    moto_s3.put_object(Bucket="local-endpoint-test", Key=f"tiny/inference/{'0' * 64}/model.py", Body=b"# handler")
+    monkeypatch.setenv("WEIGHTS_S3_URI", "s3://stray/")  # an old setting the handler would refuse
+    with LocalEndpoint(HANDLER_DIR, "s3://local-endpoint-test/tiny/", port=0) as running:
+        delivered = Path(running.properties["model_dir"])
+        assert sorted(p.name for p in delivered.iterdir()) == sorted(
+            [*(p.name for p in tiny_gptj_dir.iterdir()), "inference"]
+        )
+        assert os.environ["WEIGHTS_S3_URI"] == "s3://stray/"  # unset for the start-up call only
         status, _, body = _call(
             running.url + "/invocations", {"inputs": "a cat", "parameters": {"max_new_tokens": 2, "details": True}}
         )
         assert status == 200 and body["details"]["prompt_tokens"] == 2
+    assert not delivered.exists()  # removed with the endpoint
+
+
+def test_delivery_refuses_what_sagemaker_refuses(moto_s3, tmp_path):
+    moto_s3.put_object(Bucket="local-endpoint-test", Key="bad/weights", Body=b"a file")
+    moto_s3.put_object(Bucket="local-endpoint-test", Key="bad/weights/part1", Body=b"and a folder")
+    with pytest.raises(ValueError, match="a file and a folder share the name 'weights/part1'"):
+        deliver("s3://local-endpoint-test/bad/", tmp_path)
 
 
 def test_a_start_up_failure_is_raised_and_nothing_is_left_behind(tmp_path):

@@ -5,12 +5,16 @@ without hurting the worker."""
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
 
 ARCHITECTURES = ["gptj", "opt", "bloom"]
 PROMPTS = ["the model likes fresh", "a cat", "my friend reads old books every"]
+
+HANDLER_DIR = Path(__file__).resolve().parents[2] / "model_artifacts" / "deepspeed"
 
 
 def _expected(reference_model, arch, prompts, seed=None, **generate_kwargs):
@@ -366,14 +370,28 @@ def test_a_tensor_parallel_degree_without_matching_ranks_fails_start_up(handler_
     assert not service.initialized
 
 
-def test_weights_come_from_s3_on_first_start(
-    handler_module, tiny_model_dir, s3, upload_folder, make_input, read_output, tmp_path, monkeypatch
+def test_weights_come_from_the_folder_sagemaker_delivered(
+    handler_module, tiny_model_dir, make_input, read_output, tmp_path, monkeypatch
 ):
-    upload_folder(s3, tiny_model_dir("opt"), "runs/42/model/")
-    monkeypatch.setenv("WEIGHTS_S3_URI", "s3://lmi-test-weights/runs/42/model/")
-    monkeypatch.setattr("lmi_weights.find_s5cmd", lambda: None)
+    # The layout SageMaker makes of an S3Prefix ModelDataSource: the weights at the top of /opt/ml/model, the handler
+    # in inference/<sha256>/ beside them; DJL passes the top as model_dir.
+    delivered = tmp_path / "model"
+    shutil.copytree(tiny_model_dir("opt"), delivered)
+    shutil.copytree(HANDLER_DIR, delivered / "inference" / ("0" * 64))
+    monkeypatch.delenv("WEIGHTS_S3_URI", raising=False)
     service = handler_module.TextGenerationService()
-    service.initialize({"dtype": "fp32", "download_dir": str(tmp_path)})
-    assert (tmp_path / "lmi-test-weights" / "runs" / "42" / "model" / "DONE").is_file()
+    service.initialize({"dtype": "fp32", "model_dir": str(delivered)})
     code, body = read_output(service.inference(make_input({"inputs": ["a cat"], "parameters": {"max_new_tokens": 3}})))
     assert code == 200 and len(body) == 1
+
+
+def test_a_model_built_for_the_handler_to_download_is_refused_with_the_reason(
+    handler_module, tiny_model_dir, monkeypatch
+):
+    from lmi_config import ConfigError
+
+    monkeypatch.setenv("WEIGHTS_S3_URI", "s3://lmi-test-weights/runs/42/model/")
+    service = handler_module.TextGenerationService()
+    with pytest.raises(ConfigError, match=r"downloads nothing: SageMaker delivers the weights to model_dir"):
+        service.initialize({"model_dir": str(tiny_model_dir("opt"))})
+    assert not service.initialized

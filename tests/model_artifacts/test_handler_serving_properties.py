@@ -20,7 +20,6 @@ STAGE_KEYS = {  # what the CDK side renders for, e.g., GPT-J on ml.g5.12xlarge
     "option.max_input_length": "1536",
     "option.context_length": "2048",
     "option.kernel_injection": "auto",
-    "option.download_dir": "/tmp/weights",
 }
 
 
@@ -49,11 +48,12 @@ def test_a_rendered_stage_file_parses_back_into_the_handlers_config(tmp_path):
     assert properties == {**read_properties_file(DEEPSPEED_BASE), **STAGE_KEYS}
 
     # What DJL hands model.py: option.* without the prefix, plus its own keys (tensor_parallel_degree as an int).
+    (tmp_path / "config.json").write_text("{}")  # model_dir: the weights SageMaker delivered
     djl_properties = handler_properties(properties, tmp_path, cuda_devices=4)
     assert djl_properties["tensor_parallel_degree"] == 4
-    config = HandlerConfig.from_properties(djl_properties, {"WEIGHTS_S3_URI": "s3://models/gptj/"})
+    config = HandlerConfig.from_properties(djl_properties, {})
     assert config == HandlerConfig(
-        weights="s3://models/gptj/",
+        weights=str(tmp_path),
         tensor_parallel_degree=4,
         dtype="fp16",
         max_new_tokens=512,
@@ -61,8 +61,7 @@ def test_a_rendered_stage_file_parses_back_into_the_handlers_config(tmp_path):
         max_input_length=1536,
         context_length=2048,
         kernel_injection="auto",
-        download_dir="/tmp/weights",
-        model_loading_timeout=int(properties["option.model_loading_timeout"]),  # DJL's; the download wait follows it
+        model_loading_timeout=int(properties["option.model_loading_timeout"]),  # DJL's
     )
 
 

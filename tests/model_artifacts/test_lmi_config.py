@@ -13,23 +13,41 @@ from lmi_config import (
     OWNED_PROPERTY_KEYS,
     ConfigError,
     HandlerConfig,
-    split_s3_uri,
 )
 
 HANDLER_DIR = Path(__file__).resolve().parents[2] / "model_artifacts" / "deepspeed"
-S3_ENV = {"WEIGHTS_S3_URI": "s3://my-models/gptj/v3/"}
+ENDPOINT_ENV: dict = {}  # an endpoint's environment names no weights: SageMaker delivered them to model_dir
 
 
-def test_defaults_with_only_the_weights_location():
-    config = HandlerConfig.from_properties({}, S3_ENV)
-    assert config == HandlerConfig(weights="s3://my-models/gptj/v3/")
+@pytest.fixture(scope="module")
+def delivered(tmp_path_factory) -> str:
+    """/opt/ml/model as SageMaker leaves it: the served prefix's files, config.json at the top."""
+    folder = tmp_path_factory.mktemp("opt-ml-model")
+    (folder / "config.json").write_text("{}")
+    return str(folder)
+
+
+@pytest.fixture(autouse=True)
+def _model_dir(delivered, monkeypatch):
+    # DJL passes model_dir with every call; every parse below gets it unless a test gives its own.
+    original = HandlerConfig.from_properties.__func__
+
+    def with_model_dir(cls, properties, environ=None):
+        return original(cls, {"model_dir": delivered, **properties}, environ)
+
+    monkeypatch.setattr(HandlerConfig, "from_properties", classmethod(with_model_dir))
+
+
+def test_defaults_with_only_the_weights_location(delivered):
+    config = HandlerConfig.from_properties({}, ENDPOINT_ENV)
+    assert config == HandlerConfig(weights=delivered)
     assert (config.tensor_parallel_degree, config.dtype, config.kernel_injection) == (1, "fp16", "auto")
-    assert (config.max_new_tokens, config.max_batch_size, config.download_dir) == (256, 4, "/tmp/weights")
+    assert (config.max_new_tokens, config.max_batch_size) == (256, 4)
     assert config.max_input_length is None and config.context_length is None
     assert config.model_loading_timeout == 240  # DJL's own default (PyEnv.getModelLoadingTimeout)
 
 
-def test_parses_string_properties_as_djl_passes_them():
+def test_parses_string_properties_as_djl_passes_them(delivered):
     properties = {
         "tensor_parallel_degree": 8,  # DJL injects this one as an int
         "dtype": "BF16",
@@ -38,14 +56,12 @@ def test_parses_string_properties_as_djl_passes_them():
         "max_input_length": "1500",
         "context_length": "2048",
         "kernel_injection": "false",
-        "download_dir": "/tmp/w",
-        "model_dir": "/opt/ml/model",  # DJL's own keys are ignored
-        "device_id": "0",
+        "device_id": "0",  # DJL's own keys are ignored
         "entryPoint": "model.py",
     }
-    config = HandlerConfig.from_properties(properties, S3_ENV)
+    config = HandlerConfig.from_properties(properties, ENDPOINT_ENV)
     assert config == HandlerConfig(
-        weights="s3://my-models/gptj/v3/",
+        weights=delivered,
         tensor_parallel_degree=8,
         dtype="bf16",
         max_new_tokens=512,
@@ -53,7 +69,6 @@ def test_parses_string_properties_as_djl_passes_them():
         max_input_length=1500,
         context_length=2048,
         kernel_injection="false",
-        download_dir="/tmp/w",
     )
 
 
@@ -70,65 +85,63 @@ def test_parses_string_properties_as_djl_passes_them():
 )
 def test_the_model_loading_timeout_is_the_one_djl_waits_for(properties, env, seconds):
     """DJL 0.27.0 waits for the start-up call this long (PyModel.load parses option.model_loading_timeout;
-    PyEnv.getModelLoadingTimeout falls back to MODEL_LOADING_TIMEOUT, then 240 s); the download wait matches it."""
-    assert HandlerConfig.from_properties(properties, {**S3_ENV, **env}).model_loading_timeout == seconds
+    PyEnv.getModelLoadingTimeout falls back to MODEL_LOADING_TIMEOUT, then 240 s)."""
+    assert HandlerConfig.from_properties(properties, {**ENDPOINT_ENV, **env}).model_loading_timeout == seconds
 
 
 def test_tensor_parallel_degree_falls_back_to_the_environment():
-    assert HandlerConfig.from_properties({}, {**S3_ENV, "TENSOR_PARALLEL_DEGREE": "4"}).tensor_parallel_degree == 4
+    assert (
+        HandlerConfig.from_properties({}, {**ENDPOINT_ENV, "TENSOR_PARALLEL_DEGREE": "4"}).tensor_parallel_degree == 4
+    )
 
 
 def test_tensor_parallel_property_wins_over_the_environment():
-    config = HandlerConfig.from_properties({"tensor_parallel_degree": "2"}, {**S3_ENV, "TENSOR_PARALLEL_DEGREE": "4"})
+    config = HandlerConfig.from_properties(
+        {"tensor_parallel_degree": "2"}, {**ENDPOINT_ENV, "TENSOR_PARALLEL_DEGREE": "4"}
+    )
     assert config.tensor_parallel_degree == 2
 
 
-def test_s3_prefix_is_normalized_to_end_with_a_slash():
-    config = HandlerConfig.from_properties({}, {"WEIGHTS_S3_URI": "s3://my-models/gptj"})
-    assert config.weights == "s3://my-models/gptj/"
-    assert config.weights_in_s3
-    assert split_s3_uri("s3://bucket.with.dots/") == ("bucket.with.dots", "")
-
-
-def test_local_weights_dir_is_used_for_local_runs(tmp_path):
+def test_the_weights_are_the_folder_sagemaker_delivered_or_a_local_one(tmp_path, delivered):
+    assert HandlerConfig.from_properties({}, {}).weights == delivered
     (tmp_path / "config.json").write_text("{}")
-    config = HandlerConfig.from_properties({"weights_dir": str(tmp_path)}, {})
-    assert config.weights == str(tmp_path)
-    assert not config.weights_in_s3
-
-
-def test_weights_packed_next_to_model_py_are_found_through_model_dir(tmp_path):
-    (tmp_path / "config.json").write_text("{}")
-    assert HandlerConfig.from_properties({"model_dir": str(tmp_path)}, {}).weights == str(tmp_path)
+    # A local run names its folder; it wins over model_dir (the handler's own folder there).
+    assert HandlerConfig.from_properties({"weights_dir": str(tmp_path)}, {}).weights == str(tmp_path)
 
 
 @pytest.mark.parametrize(
     ("properties", "env", "message"),
     [
-        ({"dtype": "fp8"}, S3_ENV, "option.dtype='fp8' is not supported; expected one of fp16, bf16, int8, fp32"),
-        ({"kernel_injection": "yes"}, S3_ENV, "option.kernel_injection='yes' is not supported"),
-        ({"max_new_tokens": "0"}, S3_ENV, "option.max_new_tokens='0' is not valid; expected an integer >= 1"),
-        ({"max_batch_size": "many"}, S3_ENV, "option.max_batch_size='many' is not valid"),
-        ({"tensor_parallel_degree": True}, S3_ENV, "option.tensor_parallel_degree=True is not valid"),
-        ({}, {**S3_ENV, "TENSOR_PARALLEL_DEGREE": "max"}, "TENSOR_PARALLEL_DEGREE='max' is not valid"),
-        ({"context_length": "1"}, S3_ENV, "option.context_length='1' is not valid; expected an integer >= 2"),
+        ({"dtype": "fp8"}, ENDPOINT_ENV, "option.dtype='fp8' is not supported; expected one of fp16, bf16, int8, fp32"),
+        ({"kernel_injection": "yes"}, ENDPOINT_ENV, "option.kernel_injection='yes' is not supported"),
+        ({"max_new_tokens": "0"}, ENDPOINT_ENV, "option.max_new_tokens='0' is not valid; expected an integer >= 1"),
+        ({"max_batch_size": "many"}, ENDPOINT_ENV, "option.max_batch_size='many' is not valid"),
+        ({"tensor_parallel_degree": True}, ENDPOINT_ENV, "option.tensor_parallel_degree=True is not valid"),
+        ({}, {**ENDPOINT_ENV, "TENSOR_PARALLEL_DEGREE": "max"}, "TENSOR_PARALLEL_DEGREE='max' is not valid"),
+        ({"context_length": "1"}, ENDPOINT_ENV, "option.context_length='1' is not valid; expected an integer >= 2"),
         (
             {"max_input_length": "2048", "context_length": "2048"},
-            S3_ENV,
+            ENDPOINT_ENV,
             "option.max_input_length=2048 leaves no room for new tokens in option.context_length=2048",
         ),
         (
             {"dtype": "int8", "kernel_injection": "false"},
-            S3_ENV,
+            ENDPOINT_ENV,
             "option.dtype='int8' needs DeepSpeed kernel injection",
         ),
-        ({"download_dir": " "}, S3_ENV, "option.download_dir is empty"),
-        ({"model_loading_timeout": "-1"}, S3_ENV, "option.model_loading_timeout='-1' is negative"),
-        ({}, {"WEIGHTS_S3_URI": "https://bucket/x"}, "WEIGHTS_S3_URI='https://bucket/x' is not an S3 prefix"),
-        ({}, {"WEIGHTS_S3_URI": "s3://Upper/x"}, "is not an S3 prefix; expected s3://bucket/prefix/"),
-        ({}, {}, "no model weights configured: set the environment variable WEIGHTS_S3_URI"),
+        ({"model_loading_timeout": "-1"}, ENDPOINT_ENV, "option.model_loading_timeout='-1' is negative"),
+        (
+            {},
+            {"WEIGHTS_S3_URI": "s3://my-models/gptj/v3/"},
+            "WEIGHTS_S3_URI='s3://my-models/gptj/v3/' is set, but this handler downloads nothing",
+        ),
+        ({"model_dir": ""}, {}, "no model weights: DJL gave no model_dir and option.weights_dir is unset"),
+        (
+            {"model_dir": "/opt/ml/model-without-weights"},
+            {},
+            "model_dir='/opt/ml/model-without-weights' has no config.json; expected a Hugging Face model folder",
+        ),
         ({"weights_dir": "/nonexistent/model"}, {}, "option.weights_dir='/nonexistent/model' has no config.json"),
-        ({"weights_dir": "/some/dir"}, S3_ENV, "both WEIGHTS_S3_URI='s3://my-models/gptj/v3/' and option.weights_dir"),
     ],
 )
 def test_rejects_bad_settings_naming_key_value_and_what_is_accepted(properties, env, message):

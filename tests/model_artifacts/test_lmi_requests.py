@@ -202,3 +202,35 @@ def test_a_hostile_body_is_the_clients_error_with_a_short_message(payload, statu
 
 def test_a_surrogate_pair_is_one_valid_character():
     assert parse_request(b'{"inputs": "smile \\ud83d\\ude00"}', LIMITS).prompts == ("smile \U0001f600",)
+
+
+# The top-level `stream` flag and the chat schema, which this handler does not serve (LMI 0.27.0's own DeepSpeed
+# handler refused `messages` under DJL's dynamic batching).
+STREAM_AND_CHAT_REQUESTS = [
+    ({"inputs": "hi", "stream": "yes"}, 400, "stream must be true or false; got a string 'yes'"),
+    ({"inputs": "hi", "stream": 1}, 400, "stream must be true or false; got a number 1"),
+    ({"inputs": ["a", "b"], "stream": True}, 422, "stream is true but inputs is a list of 2 prompts"),
+    (
+        {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8},
+        400,
+        "this endpoint does not take the chat schema ('messages'); it serves LMI 0.27.0's text-generation schema: "
+        'send {"inputs": "your prompt"',
+    ),
+    ({"messages": "hi", "stream": True}, 400, "does not take the chat schema"),
+    ({"inputs": "hi", "messages": []}, 400, "unknown field(s) 'messages' in the request"),
+]
+
+
+@pytest.mark.bad_input("request")
+@pytest.mark.parametrize(("payload", "status", "message"), STREAM_AND_CHAT_REQUESTS, ids=lambda v: str(v)[:40])
+def test_a_bad_stream_flag_or_a_chat_request_is_the_clients_error(payload, status, message):
+    with pytest.raises(RequestError) as error:
+        parse_request(_body(payload), LIMITS)
+    assert (error.value.status, message in error.value.message) == (status, True), error.value.message
+
+
+def test_stream_is_a_top_level_flag_for_one_prompt():
+    assert parse_request(b'{"inputs": "x", "stream": true}', LIMITS).stream
+    assert not parse_request(b'{"inputs": "x", "stream": false}', LIMITS).stream
+    assert not parse_request(b'{"inputs": ["x"], "stream": null}', LIMITS).stream
+    assert not parse_request(b'{"inputs": "x"}', LIMITS).stream

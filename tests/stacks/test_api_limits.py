@@ -23,6 +23,7 @@ from stacks.config import (
     VpcConfig,
     load_config,
 )
+from stacks.config.components import ComponentConfig
 from stacks.config.serving import AutoscalingConfig, DeploymentConfig, WeightsConfig
 from tests.cdk_assembly import REPO
 
@@ -38,8 +39,8 @@ def serving(**update):
     return ServingConfig().model_copy(update=update)
 
 
-def stage(project="llm", name="dev", *, serving_config=SERVING, pipeline=None):
-    stages = {name: SimpleNamespace(training=TRAINING, serving=serving_config)}
+def stage(project="llm", name="dev", *, serving_config=SERVING, pipeline=None, token_secret=None):
+    stages = {name: SimpleNamespace(training=TRAINING, serving=serving_config, huggingface_token_secret=token_secret)}
     return Stage(SimpleNamespace(project=project, stages=stages, pipeline=pipeline), name)
 
 
@@ -50,6 +51,11 @@ def platform(project="llm", **source):
 
 SMOKE_TESTED = SimpleNamespace(smoke_test_after=("d",))
 SCALING = ServingConfig(autoscaling={"min_instances": 1, "max_instances": 2})
+COMPONENTS = (ComponentConfig(name="c"),)
+
+
+def with_components(**scaling):
+    return serving(components=COMPONENTS, autoscaling=AutoscalingConfig.model_construct(**scaling))
 
 
 def spot(wait):
@@ -115,14 +121,30 @@ CASES: dict[str, tuple] = {
         (lambda: training(max_runtime_hours=217), lambda: training(max_runtime_hours=216)),
     "instance_type -> SageMaker CreateModelPackage InferenceSpecification.SupportedRealtimeInferenceInstanceTypes":
         (lambda: serving(instance_type="ml.p3dn.24xlarge"), lambda: serving(instance_type="ml.p4de.24xlarge")),
-    "weights.s3_uri -> SageMaker CreateModel PrimaryContainer.Environment":
+    "weights.s3_uri -> SageMaker CreateModel PrimaryContainer.ModelDataSource.S3DataSource.S3Uri":
         (lambda: serving(weights=weights(source="s3", s3_uri=S3 + "w" * 1013)),
          lambda: serving(weights=weights(source="s3", s3_uri=S3 + "w" * 1012))),
+    "the Model's environment (serving.properties keys as OPTION_*) -> SageMaker CreateModel "
+    "PrimaryContainer.Environment":
+        # Each value is at most 1024 characters: OPTION_MAX_NEW_TOKENS carries the number's digits.
+        (lambda: serving(max_new_tokens=10**1024), lambda: serving(max_new_tokens=10**1023)),
+    "vpc.subnet_ids -> SageMaker CreateModel VpcConfig.Subnets":
+        (lambda: serving(vpc=vpc(subnets=17)), lambda: serving(vpc=vpc(subnets=16))),
+    "vpc.security_group_ids -> SageMaker CreateModel VpcConfig.SecurityGroupIds":
+        (lambda: serving(vpc=vpc(groups=6)), lambda: serving(vpc=vpc(groups=5))),
     "instance_type -> SageMaker CreateEndpointConfig ProductionVariants.InstanceType":
         (lambda: serving(instance_type="ml.p3dn.24xlarge"), lambda: serving(instance_type="ml.p3.16xlarge")),
     "autoscaling.min_instances -> SageMaker CreateEndpointConfig ProductionVariants.InitialInstanceCount":
         (lambda: serving(autoscaling=AutoscalingConfig.model_construct(min_instances=0, max_instances=1)),
          lambda: serving(autoscaling=AutoscalingConfig.model_construct(min_instances=1, max_instances=1))),
+    "autoscaling.min_instances -> SageMaker CreateEndpointConfig ProductionVariants.ManagedInstanceScaling."
+    "MinInstanceCount":
+        (lambda: with_components(min_instances=-1, max_instances=1),
+         lambda: with_components(min_instances=0, max_instances=1)),
+    "autoscaling.max_instances -> SageMaker CreateEndpointConfig ProductionVariants.ManagedInstanceScaling."
+    "MaxInstanceCount":
+        (lambda: with_components(min_instances=0, max_instances=0),
+         lambda: with_components(min_instances=0, max_instances=1)),
     "volume_size_gib -> SageMaker CreateEndpointConfig ProductionVariants.VolumeSizeInGB":
         (lambda: serving(volume_size_gib=513), lambda: serving(volume_size_gib=512)),
     "download_timeout_seconds -> SageMaker CreateEndpointConfig ProductionVariants.ModelDataDownloadTimeoutInSeconds":
@@ -163,6 +185,8 @@ CASES: dict[str, tuple] = {
     "ModelPackageGroupDescription":
         # "gpt-j-6b fine-tuned by " (23) + project + "-dev-finetune" (13)
         (lambda: stage("p" * 989), lambda: stage("p" * 988)),
+    "huggingface_token_secret (the secret the storage stack creates) -> Secrets Manager CreateSecret Name":
+        (lambda: stage(token_secret="t" * 513), lambda: stage(token_secret="t" * 512)),
     "the pipeline name <project>-<stage>-finetune -> SageMaker CreatePipeline PipelineName":
         (lambda: stage("p" * 246, "d"), lambda: stage("p" * 245, "d")),
     "the pipeline name <project>-<stage>-stage-weights -> SageMaker CreatePipeline PipelineName":
@@ -173,9 +197,13 @@ CASES: dict[str, tuple] = {
     "weights.model_package_arn -> SageMaker DescribeModelPackage ModelPackageName":
         (lambda: serving(weights=weights(source="model_package", model_package_arn=ARN.replace("llm", "l" * 64))),
          lambda: serving(weights=weights(source="model_package", model_package_arn=ARN.replace("llm", "l" * 63)))),
-    "the scaling policy name <project>-<stage>-invocations-per-instance -> Application Auto Scaling "
-    "PutScalingPolicy PolicyName":
-        (lambda: stage("p" * 230, "d", serving_config=SCALING), lambda: stage("p" * 229, "d", serving_config=SCALING)),
+    # Scaling on concurrency (the default): "-d" + "-concurrent-requests" after the project.
+    "the scaling policy name <project>-<stage>-<metric> -> Application Auto Scaling PutScalingPolicy PolicyName":
+        (lambda: stage("p" * 235, "d", serving_config=SCALING), lambda: stage("p" * 234, "d", serving_config=SCALING)),
+    "the inference component name <project>-<stage>-<component> -> SageMaker CreateInferenceComponent "
+    "InferenceComponentName":
+        (lambda: stage("p" * 60, "d", serving_config=serving(components=COMPONENTS)),
+         lambda: stage("p" * 59, "d", serving_config=serving(components=COMPONENTS))),
     "the scalable target endpoint/<project>-<stage>/variant/AllTraffic -> Application Auto Scaling "
     "RegisterScalableTarget ResourceId":
         (lambda: stage("p" * 1571, "d", serving_config=SCALING),
@@ -340,7 +368,7 @@ def test_the_names_the_rules_derive_are_the_names_the_stacks_use(assembly, promo
     (endpoint,) = assembly.resources("prod", "Serving", "AWS::SageMaker::Endpoint").values()
     assert endpoint["Properties"]["EndpointName"] == prod.prefix
     (policy,) = assembly.resources("prod", "Serving", "AWS::ApplicationAutoScaling::ScalingPolicy").values()
-    assert prod.scales() and policy["Properties"]["PolicyName"] == f"{prod.prefix}-invocations-per-instance"
+    assert prod.scales() and policy["Properties"]["PolicyName"] == f"{prod.prefix}-concurrent-requests"
     (target,) = assembly.resources("prod", "Serving", "AWS::ApplicationAutoScaling::ScalableTarget").values()
     assert target["Properties"]["ResourceId"] == f"endpoint/{prod.prefix}/variant/AllTraffic"
     promotion = load_config(REPO / "config/examples/promotion.yaml")

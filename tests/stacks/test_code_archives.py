@@ -1,11 +1,13 @@
-"""Each stack packages the code archives it uses, under its own prefix, with the stage's rendered serving.properties."""
+"""Each stack packages the code it uses: archives under its own prefix, and the endpoint's handler beside the weights."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
 from stacks.config import load_config
-from stacks.serving_properties import render as render_properties
+from stacks.serving_properties import environment as environment_of
 from tests.cdk_assembly import REPO, render, short_id
 
 STAGES = ["dev", "staging", "prod"]
@@ -17,7 +19,7 @@ def packages(assembly, stage: str, stack: str) -> dict[str, dict]:
 
 
 @pytest.mark.parametrize("stage", STAGES)
-def test_training_stack_packages_the_flat_sourcedir_and_the_registry_inference_code(assembly, stage):
+def test_training_stack_packages_the_flat_sourcedir_and_the_registry_handler(assembly, stage):
     found = packages(assembly, stage, "Training")
     training = found["TrainingCode"]
     assert (training["TargetPrefix"], training["ArchiveName"], training["TopLevelDirectory"]) == (
@@ -32,25 +34,29 @@ def test_training_stack_packages_the_flat_sourcedir_and_the_registry_inference_c
         "stage_model.py",
         "train.py",
     ]
-    registry = found["RegistryInferenceCode"]
-    assert (registry["TargetPrefix"], registry["ArchiveName"], registry["TopLevelDirectory"]) == (
-        "code/registry-deepspeed/",
-        "model.tar.gz",
-        "code",
-    )
+    # The handler a registered package's weights carry: plain files, copied beside them by the Evaluate job.
+    registry = found["RegistryHandlerFiles"]
+    assert (registry["TargetUri"].endswith("/code/registry-deepspeed/"), registry["Subfolder"]) == (True, "inference/")
 
 
 @pytest.mark.parametrize("stage", STAGES)
-def test_serving_stack_packages_the_handler_with_the_stage_rendered_serving_properties(assembly, stage):
-    inference = packages(assembly, stage, "Serving")["InferenceCode"]
-    assert (inference["TargetPrefix"], inference["ArchiveName"], inference["TopLevelDirectory"]) == (
-        "code/inference-deepspeed/",
-        "model.tar.gz",
-        "code",
-    )
-    assert inference["RequiredFiles"] == ["model.py", "serving.properties"]
+def test_serving_stack_writes_the_handler_into_the_served_weights_prefix_without_serving_properties(assembly, stage):
+    (inference,) = [v for k, v in packages_raw(assembly, stage, "Serving").items() if "InferenceCode" in k]
+    (model,) = assembly.resources(stage, "Serving", "AWS::SageMaker::Model").values()
+    served = model["Properties"]["PrimaryContainer"]["ModelDataSource"]["S3DataSource"]["S3Uri"]
+    assert (inference["TargetUri"], inference["Subfolder"]) == (served, "inference/")
+    assert "ArchiveName" not in inference and "RenderedFiles" not in inference  # plain files, no archive
+    assert "model.py" in inference["RequiredFiles"]
+    # serving.properties stays out of the folder: its keys are the Model's OPTION_* environment.
+    environment = model["Properties"]["PrimaryContainer"]["Environment"]
     serving = load_config(REPO / "config" / "default.yaml").stages[stage].serving
-    assert inference["RenderedFiles"] == {"serving.properties": render_properties(serving, stage_name=stage)}
+    entry_point = environment.pop("OPTION_ENTRYPOINT")
+    assert environment == {k: v for k, v in environment_of(serving).items() if k != "OPTION_ENTRYPOINT"}
+    assert "/model.py" in json.dumps(entry_point)
+
+
+def packages_raw(assembly, stage: str, stack: str) -> dict[str, dict]:
+    return {k: v["Properties"] for k, v in assembly.resources(stage, stack, "Custom::CodePackage").items()}
 
 
 def test_archive_keys_stay_inside_their_stack(assembly):

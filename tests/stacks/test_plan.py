@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from stacks.config import ServingConfig, TrainingConfig
-from stacks.plan import describe_serving, describe_training, describe_weights
+import datetime
+from types import SimpleNamespace
+
+from stacks.config import ServingConfig, TrainingConfig, load_config
+from stacks.plan import describe_patches, describe_serving, describe_training, describe_weights
+from tests.cdk_assembly import REPO
 
 BLOOM_INT8 = dict(model="bloom-176b", dtype="int8", tensor_parallel_degree=8, instance_type="ml.p4d.24xlarge")
 
@@ -68,3 +72,73 @@ def test_plan_says_how_long_captured_requests_are_kept():
         "    data capture: off; anything under capture/ is deleted after 30 days, their old versions 30 days later"
         in off
     )
+
+
+def _stage(serving: ServingConfig, training: TrainingConfig):
+    return SimpleNamespace(serving=serving, training=training)
+
+
+SMP_V2 = TrainingConfig(precision="bf16", smp={"version": 2, "tensor_parallel_degree": 1, "hybrid_shard_degree": 8})
+
+
+def test_plan_warns_of_each_unpatched_image_from_the_day_it_stopped_with_the_change_that_moves_off_it():
+    reference = _stage(ServingConfig(), TrainingConfig())
+    assert describe_patches(reference, datetime.date(2024, 6, 12)) == []
+    assert describe_patches(reference, datetime.date(2024, 6, 13)) == [
+        "  warning: no patches since 2024-06-13: the endpoint's LMI 0.27.0: DeepSpeed 0.12.6 image (LMI V10 (0.28.0) "
+        "dropped DeepSpeed, so 0.27.0 gets no releases; its Python 3.10 is past end of life); move off: "
+        "serving.engine: vllm (LMI 29.0.0: DJL Serving 0.38.0, vLLM 0.28.0)"
+    ]
+    today = describe_patches(reference, datetime.date(2026, 12, 1))
+    assert [line.split(": ", 2)[1] for line in today] == [
+        "no patches since 2024-06-13",
+        "no patches since 2024-10-28",
+        "no patches since 2024-10-28",
+    ]
+    assert today[1].endswith(
+        "move off: training.smp.version: 2 (SMP v2, newer, though its PyTorch 2.4 line stopped too, on 2025-07-24)"
+    )
+    assert "the PyTorch 1.13.1 DLC of the prepare and evaluate steps" in today[2]
+
+
+def test_plan_has_no_serving_warning_on_the_current_vllm_image_and_names_the_smp_v2_image_when_it_ends():
+    current = _stage(ServingConfig(engine="vllm"), SMP_V2)
+    lines = describe_patches(current, datetime.date(2026, 12, 1))
+    assert not any("endpoint" in line for line in lines)
+    assert lines[0] == (
+        "  warning: no patches since 2025-07-24: the SMP v2 image (fine-tuning), built on PyTorch 2.4.1 (AWS's DLC "
+        "support policy for PyTorch 2.4); move off: none in config: the newest SMP image, 2.8.0 on PyTorch 2.5.1, "
+        "stopped too (2025-10-29)"
+    )
+    assert len(describe_patches(current, datetime.date(2025, 7, 23))) == 1  # the processing image's alone
+
+
+def test_plan_shows_cost_at_zero_minimum_and_maximum_and_the_cold_start_of_a_stage_that_scales_to_zero():
+    from stacks import plan, sizing
+
+    config = load_config(REPO / "config/examples/inference-components.yaml")
+    lines = "\n".join(describe_serving(config.stages["dev"].serving))
+    assert "2 inference component(s), each invoked by its name" in lines
+    assert "component base: 0-1 copies, each reserving 1 GPU(s) and 14618 MB of host memory" in lines
+    assert "component tuned: 0-1 copies" in lines
+    assert "scaling: concurrent requests per copy, target 4 (high-resolution, every 10 s)" in lines
+    assert "cost: $0.00/h at zero, $1.51/h at 1 instance(s), $3.03/h at 2 (maximum)" in lines
+    # The wake-up alarm's minute + the assumed instance start + sizing's copy and load budgets for GPT-J's weights.
+    gptj = config.stages["dev"].serving.catalog_model
+    seconds = (
+        60
+        + plan.INSTANCE_PROVISIONING_SECONDS
+        + sizing.DOWNLOAD_FIXED_SECONDS
+        + sizing.DOWNLOAD_SECONDS_PER_GIB * sizing.delivered_gib(gptj)
+        + sizing.STARTUP_FIXED_SECONDS
+        + sizing.STARTUP_SECONDS_PER_GIB * sizing.download_gib(gptj, "fp16")
+    )
+    assert f"cold start from zero: up to about {-(-round(seconds) // 60)} min for base" in lines
+
+
+def test_plan_of_a_classic_endpoint_names_its_signal_and_has_no_cold_start():
+    config = load_config(REPO / "config/examples/inference-components.yaml")
+    lines = "\n".join(describe_serving(config.stages["prod"].serving))
+    assert "scaling: concurrent requests per model container, target 4" in lines
+    assert "cost: $3.03/h at 2 instance(s), $6.06/h at 4 (maximum)" in lines
+    assert "cold start" not in lines

@@ -66,10 +66,19 @@ REJECTED = [
      r"startup_timeout_seconds: 7200 is above the maximum 3600, the limit of SageMaker CreateEndpointConfig ProductionVariants\.ContainerStartupHealthCheckTimeoutInSeconds"),
     ("download timeout below the minimum", dict(download_timeout_seconds=30),
      r"download_timeout_seconds: 30 is below the minimum 60, the limit of SageMaker CreateEndpointConfig ProductionVariants\.ModelDataDownloadTimeoutInSeconds"),
+    ("download timeout above SageMaker's maximum", dict(download_timeout_seconds=3601),
+     r"download_timeout_seconds: 3601 is above the maximum 3600, the limit of SageMaker CreateEndpointConfig ProductionVariants\.ModelDataDownloadTimeoutInSeconds"),
+    ("a VPC without security groups", dict(vpc={"subnet_ids": ["subnet-0123456789abcdef0"], "security_group_ids": []}),
+     r"vpc\.security_group_ids\n.*at least 1 item"),
+    ("a VPC subnet that is no subnet id", dict(vpc={"subnet_ids": ["vpc-0123456789abcdef0"], "security_group_ids": ["sg-0123456789abcdef0"]}),
+     r"vpc\.subnet_ids\.0\n.*should match pattern '\^subnet-\[0-9a-f\]\{8,17\}\$'"),
+    ("a VPC of 17 subnets", dict(vpc={"subnet_ids": [f"subnet-{i:017x}" for i in range(17)], "security_group_ids": ["sg-0123456789abcdef0"]}),
+     r"vpc\.subnet_ids: .* has 17 entries, more than 16, the limit of SageMaker CreateModel VpcConfig\.Subnets"),
     ("unknown model", dict(model="gpt-j-7b"), r"not a known model; did you mean gpt-j-6b"),
     ("unknown instance type", dict(instance_type="ml.g5.3xlarge"), r"not a supported GPU instance type"),
     ("min above max instances", dict(autoscaling={"min_instances": 3, "max_instances": 2}), r"min_instances 3 is above max_instances 2"),
-    ("zero instances", dict(autoscaling={"min_instances": 0}), r"greater than or equal to 1"),
+    ("zero instances without inference components", dict(autoscaling={"min_instances": 0}),
+     r"autoscaling\.min_instances 0: only an endpoint that hosts inference components scales to zero instances"),
     ("s3 weights without a URI", dict(weights={"source": "s3"}), r"source 's3' needs s3_uri"),
     ("s3 URI not a prefix", dict(weights={"source": "s3", "s3_uri": "s3://bucket/model.tar.gz"}), r"should match pattern"),
     ("model package ARN with pretrained", dict(weights={"model_package_arn": "arn:aws:sagemaker:us-east-1:111111111111:model-package/llm/3"}), r"model_package_arn is only used with source 'model_package'"),
@@ -127,16 +136,20 @@ def test_config_file_errors_name_the_serving_field_path(tmp_path):
 
 
 def test_startup_timeout_is_sized_from_the_weights_each_host_loads():
-    assert serving(model="gpt-j-6b").startup_timeout == 600
-    assert serving(model="opt-30b", tensor_parallel_degree=4, instance_type="ml.g5.24xlarge").startup_timeout == 1140
+    # SageMaker copies the weights before the container starts: the start-up covers the load from local disk, the
+    # download timeout the copy (stacks/sizing.py), each kept within SageMaker's 600-3600 s window.
+    assert (serving(model="gpt-j-6b").startup_timeout, serving(model="gpt-j-6b").download_timeout) == (600, 600)
+    opt = serving(model="opt-30b", tensor_parallel_degree=4, instance_type="ml.g5.24xlarge")
+    assert (opt.startup_timeout, opt.download_timeout) == (600, 1260)  # 112 GiB stored as fp32 at most
     # The int8 checkpoint as stored: 160.8 GiB of int8 shards + 6.7 GiB of fp16 embeddings.
     bloom = serving(**BLOOM_INT8_P4D, weights=INT8_CHECKPOINT)
-    assert bloom.startup_timeout == 2820  # far more than GPT-J
+    assert (bloom.startup_timeout, bloom.download_timeout) == (1140, 1800)  # far more than GPT-J
     fp16 = serving(
         model="bloom-176b", tensor_parallel_degree=8, instance_type="ml.p4de.24xlarge", weights=FP16_CHECKPOINT
     )
-    assert fp16.startup_timeout == 3600
+    assert (fp16.startup_timeout, fp16.download_timeout) == (1980, 3420)
     assert serving(model="gpt-j-6b", startup_timeout_seconds=900).startup_timeout == 900
+    assert serving(model="gpt-j-6b", download_timeout_seconds=1200).download_timeout == 1200
 
 
 def test_host_memory_while_loading_is_estimated_per_rank_and_per_instance():
@@ -192,9 +205,9 @@ REFUSED_LATER = [
      r"deployment\.termination_wait_seconds: -1 is below the minimum 0.*TerminationWaitInSeconds"),
     ("data capture above 100%", dict(data_capture_percent=101),
      r"data_capture_percent: 101 is above the maximum 100.*DataCaptureConfig\.InitialSamplingPercentage"),
-    ("a weights URI longer than a container environment value", dict(weights={"source": "s3", "s3_uri": "s3://shared/" + "w/" * 600}),
-     r"weights\.s3_uri: .* entry 'WEIGHTS_S3_URI' .* has 1212 characters, more than 1024, the limit of SageMaker "
-     r"CreateModel PrimaryContainer\.Environment"),
+    ("a weights URI longer than a model data source", dict(weights={"source": "s3", "s3_uri": "s3://shared/" + "w/" * 600}),
+     r"weights\.s3_uri: .* has 1212 characters, more than 1024, the limit of SageMaker "
+     r"CreateModel PrimaryContainer\.ModelDataSource\.S3DataSource\.S3Uri"),
 ]  # fmt: skip
 
 

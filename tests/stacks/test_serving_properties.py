@@ -8,7 +8,7 @@ import pytest
 
 from local.serve import read_properties_file
 from stacks.config import ServingConfig
-from stacks.serving_properties import MODEL_ARTIFACTS, render, stage_properties
+from stacks.serving_properties import MODEL_ARTIFACTS, environment, properties, render, stage_properties
 
 LMI_CONFIG = runpy.run_path(str(MODEL_ARTIFACTS / "deepspeed" / "lmi_config.py"))
 
@@ -32,7 +32,7 @@ def test_rendered_deepspeed_file_parses_back_to_the_stage_values(tmp_path):
     assert properties == {
         "engine": "DeepSpeed",
         "option.entryPoint": "model.py",
-        "option.model_loading_timeout": "1140",
+        "option.model_loading_timeout": "600",  # the load of 112 GiB from local disk (stacks/sizing.py)
         "option.predict_timeout": "240",
         "option.tensor_parallel_degree": "4",
         "option.dtype": "fp16",
@@ -54,9 +54,8 @@ def test_the_handler_accepts_the_rendered_properties(tmp_path):
     # DJL strips the option. prefix and passes tensor_parallel_degree as an int.
     djl_view = {k.removeprefix("option."): v for k, v in properties.items() if k.startswith("option.")}
     djl_view["tensor_parallel_degree"] = int(djl_view["tensor_parallel_degree"])
-    config = LMI_CONFIG["HandlerConfig"].from_properties(
-        djl_view, {"WEIGHTS_S3_URI": "s3://models/pretrained/bloom-176b-deepspeed-int8-tp8/"}
-    )
+    (tmp_path / "config.json").write_text("{}")  # model_dir: the checkpoint SageMaker delivered
+    config = LMI_CONFIG["HandlerConfig"].from_properties({**djl_view, "model_dir": str(tmp_path)}, {})
     assert (config.tensor_parallel_degree, config.dtype, config.max_new_tokens, config.max_batch_size) == (
         8,
         "int8",
@@ -87,3 +86,38 @@ def test_vllm_file_sizes_rolling_batches_and_context(tmp_path):
 def test_rendering_is_deterministic(engine):
     serving = ServingConfig(engine=engine, model="gpt-j-6b")
     assert render(serving, stage_name="x") == render(serving, stage_name="x")
+
+
+def djl_0_27_0_properties(env: dict[str, str]) -> dict[str, str]:
+    """What DJL 0.27.0 makes of a Model's environment when the model folder has no serving.properties
+    (wlm ModelInfo.loadServingProperties): OPTION_ENGINE is `engine`, OPTION_<KEY> is `option.<key>` lower-cased,
+    but entrypoint is spelled entryPoint; any other variable is no property."""
+    result = {}
+    for name, value in env.items():
+        if not name.startswith("OPTION_") or not value:
+            continue
+        key = name[len("OPTION_") :].lower()
+        if key == "engine":
+            result.setdefault("engine", value)
+            continue
+        result.setdefault("option." + ("entryPoint" if key == "entrypoint" else key), value)
+    return result
+
+
+@pytest.mark.parametrize("engine", ["deepspeed", "vllm"])
+def test_the_models_environment_is_every_property_djl_would_have_read_from_the_file(engine):
+    serving = ServingConfig(engine=engine, model="gpt-j-6b", max_batch_size=6)
+    entry_point = "/opt/ml/model/inference/abc/model.py" if engine == "deepspeed" else None
+    env = environment(serving, entry_point=entry_point)
+    expected = properties(serving)
+    if entry_point:
+        expected["option.entryPoint"] = entry_point
+    assert djl_0_27_0_properties(env) == expected
+    assert env["TENSOR_PARALLEL_DEGREE"] == "1"  # DJL's fallback, read by the handler too
+
+
+def test_a_key_djl_cannot_take_from_the_environment_is_refused(tmp_path):
+    (tmp_path / "deepspeed").mkdir()
+    (tmp_path / "deepspeed" / "serving.properties").write_text("engine=DeepSpeed\njob_queue_size=10\n")
+    with pytest.raises(ValueError, match="'job_queue_size' of engine deepspeed cannot travel as an environment"):
+        environment(ServingConfig(), base_dir=tmp_path)

@@ -29,16 +29,37 @@ def variant(props: dict) -> dict:
     return production_variant
 
 
-def test_model_runs_the_deepspeed_lmi_image_with_the_packaged_code_and_weights_location(assembly):
-    container = one(assembly, "dev", "AWS::SageMaker::Model")["PrimaryContainer"]
+def delivered(container: dict):
+    """The S3 prefix SageMaker copies to /opt/ml/model: uncompressed, the Model's one source of files."""
+    source = container["ModelDataSource"]["S3DataSource"]
+    assert (source["S3DataType"], source["CompressionType"]) == ("S3Prefix", "None")
+    assert "ModelDataUrl" not in container and "WEIGHTS_S3_URI" not in container["Environment"]
+    return source["S3Uri"]
+
+
+def test_model_runs_the_deepspeed_lmi_image_on_the_delivered_weights_with_its_handler_beside_them(assembly):
+    model = one(assembly, "dev", "AWS::SageMaker::Model")
+    container = model["PrimaryContainer"]
     assert (
         container["Image"] == "763104351884.dkr.ecr.us-east-1.amazonaws.com/djl-inference:0.27.0-deepspeed0.12.6-cu121"
     )
-    assert "InferenceCodeArchive" in json.dumps(container["ModelDataUrl"])
+    weights = delivered(container)
+    assert "ExportsOutputRefModels" in json.dumps(weights) and "/pretrained/gpt-j-6b/" in json.dumps(weights)
     env = container["Environment"]
-    assert env["TENSOR_PARALLEL_DEGREE"] == "1"
-    weights = json.dumps(env["WEIGHTS_S3_URI"])
-    assert "ExportsOutputRefModels" in weights and "/pretrained/gpt-j-6b/" in weights
+    assert (env["TENSOR_PARALLEL_DEGREE"], env["OPTION_TENSOR_PARALLEL_DEGREE"]) == ("1", "1")
+    assert env["OPTION_ENGINE"] == "DeepSpeed"
+    # DJL loads the handler by its absolute path: the folder the code package wrote into that same prefix.
+    (code_id,) = one_id(assembly, "dev", "Custom::CodePackage")
+    assert env["OPTION_ENTRYPOINT"] == {
+        "Fn::Join": ["", ["/opt/ml/model/inference/", {"Fn::GetAtt": [code_id, "Sha256"]}, "/model.py"]]
+    }
+    code = one(assembly, "dev", "Custom::CodePackage")
+    assert (code["TargetUri"], code["Subfolder"]) == (weights, "inference/")
+    assert model["EnableNetworkIsolation"] is True and "VpcConfig" not in model
+
+
+def one_id(assembly, stage: str, type_: str) -> list[str]:
+    return list(assembly.resources(stage, "Serving", type_))
 
 
 def test_model_has_no_physical_name_so_changes_replace_it_cleanly(assembly):
@@ -63,7 +84,9 @@ def test_endpoint_config_on_g5_has_timeouts_routing_and_no_volume_or_kms(assembl
 
 def test_bloom_on_p4d_gets_a_long_startup_and_no_volume_or_kms(variants):
     props = one(variants, "bloom", "AWS::SageMaker::EndpointConfig")
-    assert variant(props)["ContainerStartupHealthCheckTimeoutInSeconds"] == 2820
+    # 167 GiB of int8 shards: SageMaker's copy at 10 s/GiB + 2 min, the load at 5 s/GiB + 5 min (stacks/sizing.py).
+    assert variant(props)["ModelDataDownloadTimeoutInSeconds"] == 1800
+    assert variant(props)["ContainerStartupHealthCheckTimeoutInSeconds"] == 1140
     assert "VolumeSizeInGB" not in variant(props) and "KmsKeyId" not in props
     env = one(variants, "bloom", "AWS::SageMaker::Model")["PrimaryContainer"]["Environment"]
     assert env["TENSOR_PARALLEL_DEGREE"] == "8"
@@ -73,8 +96,8 @@ BLOOM_INT8_COMMIT = "aa00a6626f6484a2eef68e06d1e089e4e32aa571"  # the commit the
 
 
 def test_bloom_endpoint_reads_the_prefix_its_staging_pipeline_fills_with_the_presharded_checkpoint(variants):
-    env = one(variants, "bloom", "AWS::SageMaker::Model")["PrimaryContainer"]["Environment"]
-    assert f"/pretrained/bloom-176b-deepspeed-int8-tp8/{BLOOM_INT8_COMMIT}/" in json.dumps(env["WEIGHTS_S3_URI"])
+    container = one(variants, "bloom", "AWS::SageMaker::Model")["PrimaryContainer"]
+    assert f"/pretrained/bloom-176b-deepspeed-int8-tp8/{BLOOM_INT8_COMMIT}/" in json.dumps(delivered(container))
     pipelines = variants.resources("bloom", "Training", "AWS::SageMaker::Pipeline").values()
     (staging,) = [p for p in pipelines if p["Properties"]["PipelineName"].endswith("-stage-weights")]
     body, _ = staging["Properties"]["PipelineDefinition"]["PipelineDefinitionBody"]["Fn::Sub"]
@@ -114,8 +137,8 @@ def test_staged_weights_following_main_serve_the_commit_its_record_names_read_at
         # Read again on each release; a deploy by hand keeps what it found (as for latest_approved).
         "physicalResourceId": {"id": "pretrained/gpt-j-6b/main.json@manual"},
     }
-    env = one(assembly, "dev", "AWS::SageMaker::Model")["PrimaryContainer"]["Environment"]
-    (_, parts) = env["WEIGHTS_S3_URI"]["Fn::Join"]
+    container = one(assembly, "dev", "AWS::SageMaker::Model")["PrimaryContainer"]
+    (_, parts) = delivered(container)["Fn::Join"]
     assert parts[0] == "s3://" and parts[2:] == [
         "/pretrained/gpt-j-6b/",
         {"Fn::GetAtt": [logical_id, "Metadata.commit"]},  # exactly that commit's files, no other commit's
@@ -132,7 +155,7 @@ def test_a_pinned_commit_is_served_as_the_config_names_it_once_its_record_exists
     assert call["parameters"]["Key"] == record
     assert call["physicalResourceId"] == {"id": record}  # the commit is fixed: nothing to look up again
     model = next(iter(variants.resources("bloom", "Serving", "AWS::SageMaker::Model").values()))
-    weights = model["Properties"]["PrimaryContainer"]["Environment"]["WEIGHTS_S3_URI"]
+    weights = delivered(model["Properties"]["PrimaryContainer"])
     assert weights["Fn::Join"][1][2] == f"/pretrained/bloom-176b-deepspeed-int8-tp8/{BLOOM_INT8_COMMIT}/"
     # The location is a literal, so the model waits for the record check explicitly: a staging that has not
     # finished (or never ran) stops the deploy here, not at the health check 47 minutes later.
@@ -291,7 +314,7 @@ def test_endpoint_keeps_its_name_and_rolls_back_on_any_alarm(assembly):
     assert sorted(a["AlarmName"]["Ref"] for a in deployment["AutoRollbackConfiguration"]["Alarms"]) == sorted(alarms)
 
 
-def test_autoscaling_tracks_invocations_per_instance_between_min_and_max(assembly):
+def test_autoscaling_tracks_concurrent_requests_per_instance_between_min_and_max(assembly):
     target = one(assembly, "prod", "AWS::ApplicationAutoScaling::ScalableTarget")
     assert target["ResourceId"] == "endpoint/llm-platform-prod/variant/AllTraffic"
     assert (target["MinCapacity"], target["MaxCapacity"]) == (2, 6)
@@ -301,8 +324,10 @@ def test_autoscaling_tracks_invocations_per_instance_between_min_and_max(assembl
         "TargetTrackingScalingPolicyConfiguration"
     ]
     assert policy == {
-        "TargetValue": 60,
-        "PredefinedMetricSpecification": {"PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"},
+        "TargetValue": 4,
+        "PredefinedMetricSpecification": {
+            "PredefinedMetricType": "SageMakerVariantConcurrentRequestsPerModelHighResolution"
+        },
         "ScaleInCooldown": 900,
         "ScaleOutCooldown": 300,
     }
@@ -357,13 +382,20 @@ def test_dashboard_shows_latency_traffic_errors_and_instance_utilization(assembl
 
 def test_vllm_engine_uses_the_current_lmi_image_and_names_weights_for_djl(variants):
     container = one(variants, "vllm", "AWS::SageMaker::Model")["PrimaryContainer"]
-    assert container["Image"] == "763104351884.dkr.ecr.eu-west-1.amazonaws.com/djl-inference:0.35.0-lmi17.0.0-cu128"
-    assert "OPTION_MODEL_ID" in container["Environment"] and "WEIGHTS_S3_URI" not in container["Environment"]
+    assert container["Image"] == "763104351884.dkr.ecr.eu-west-1.amazonaws.com/djl-inference:0.38.0-lmi29.0.0-cu130"
+    # A CUDA 13 image starts only on the host AMI with driver 580; the CUDA 12.1 DeepSpeed image keeps the default.
+    vllm_variant = variant(one(variants, "vllm", "AWS::SageMaker::EndpointConfig"))
+    assert vllm_variant["InferenceAmiVersion"] == "al2023-ami-sagemaker-inference-gpu-4-1"
+    assert "InferenceAmiVersion" not in variant(one(variants, "bloom", "AWS::SageMaker::EndpointConfig"))
+    # No model_id: LMI serves /opt/ml/model, where SageMaker put the weights; no handler of ours is delivered.
+    assert "OPTION_MODEL_ID" not in container["Environment"] and delivered(container)
+    assert container["Environment"]["OPTION_ENTRYPOINT"] == "djl_python.lmi_vllm.vllm_async_service"
+    assert not variants.resources("vllm", "Serving", "Custom::CodePackage")
 
 
 def test_weights_from_another_bucket_are_readable_by_the_endpoint_and_nothing_more(variants):
-    env = one(variants, "external", "AWS::SageMaker::Model")["PrimaryContainer"]["Environment"]
-    assert env["WEIGHTS_S3_URI"] == "s3://shared-weights/gpt-j-6b/v3/"
+    container = one(variants, "external", "AWS::SageMaker::Model")["PrimaryContainer"]
+    assert delivered(container) == "s3://shared-weights/gpt-j-6b/v3/"
     policies = variants.resources("external", "Serving", "AWS::IAM::Policy")
     (policy,) = [p for k, p in policies.items() if k.startswith("ReadExternalWeights")]
     statements = policy["Properties"]["PolicyDocument"]["Statement"]
@@ -371,6 +403,52 @@ def test_weights_from_another_bucket_are_readable_by_the_endpoint_and_nothing_mo
         ("s3:GetObject", "arn:aws:s3:::shared-weights/gpt-j-6b/v3/*"),
         ("s3:ListBucket", "arn:aws:s3:::shared-weights"),
     ]
+
+
+def test_the_handler_is_written_beside_weights_of_another_bucket_and_nowhere_else_there(variants):
+    code = one(variants, "external", "Custom::CodePackage")
+    assert (code["TargetUri"], code["Subfolder"]) == ("s3://shared-weights/gpt-j-6b/v3/", "inference/")
+    policies = variants.resources("external", "Serving", "AWS::IAM::Policy")
+    (handler,) = [p for k, p in policies.items() if k.startswith("CodePackagingHandlerRoleDefaultPolicy")]
+    writes = [s for s in handler["Properties"]["PolicyDocument"]["Statement"] if "s3:PutObject" in s["Action"]]
+    assert writes == [
+        {
+            "Action": ["s3:GetObject", "s3:PutObject"],
+            "Effect": "Allow",
+            "Resource": "arn:aws:s3:::shared-weights/gpt-j-6b/v3/inference/*",
+        }
+    ]
+
+
+def test_a_model_in_a_vpc_gets_its_subnets_and_the_network_interfaces_sagemaker_documents(variants):
+    model = one(variants, "external", "AWS::SageMaker::Model")
+    subnets = ["subnet-0123456789abcdef0", "subnet-0123456789abcdef1"]
+    assert model["VpcConfig"] == {"Subnets": subnets, "SecurityGroupIds": ["sg-0123456789abcdef0"]}
+    assert model["EnableNetworkIsolation"] is True
+    ((logical_id, policy),) = [
+        (k, p)
+        for k, p in variants.resources("external", "Serving", "AWS::IAM::Policy").items()
+        if k.startswith("VpcAccess")
+    ]
+    statements = {s["Sid"]: s for s in render(policy["Properties"]["PolicyDocument"])["Statement"]}
+    arn = "arn:aws:ec2:us-east-1:<AWS::AccountId>:"
+    assert sorted(statements["CreateInterfaces"]["Resource"]) == sorted(
+        [
+            *(f"{arn}subnet/{s}" for s in subnets),
+            f"{arn}security-group/sg-0123456789abcdef0",
+            f"{arn}network-interface/*",
+        ]
+    )
+    assert statements["HandInterfacesToSageMaker"]["Condition"]["StringEquals"] == {
+        "ec2:AuthorizedService": "sagemaker.amazonaws.com"
+    }
+    assert statements["DeleteInterfaces"]["Condition"] == {
+        "ArnEquals": {"ec2:Subnet": [f"{arn}subnet/{s}" for s in subnets]}
+    }
+    # SageMaker checks the role's permissions when it creates the Model: the policy comes first.
+    (model_resource,) = variants.resources("external", "Serving", "AWS::SageMaker::Model").values()
+    assert logical_id in model_resource["DependsOn"]
+    assert "VpcConfig" not in one(variants, "package", "AWS::SageMaker::Model")
 
 
 def test_model_package_weights_are_read_at_deploy_time_not_at_synth(variants):
@@ -382,8 +460,12 @@ def test_model_package_weights_are_read_at_deploy_time_not_at_synth(variants):
     )
     assert (call["service"], call["action"]) == ("SageMaker", "describeModelPackage")
     assert call["parameters"]["ModelPackageName"].endswith(":model-package/llm-platform-package/3")
-    env = one(variants, "package", "AWS::SageMaker::Model")["PrimaryContainer"]["Environment"]
-    assert env["WEIGHTS_S3_URI"]["Fn::GetAtt"][1] == "InferenceSpecification.Containers.0.Environment.WEIGHTS_S3_URI"
+    container = one(variants, "package", "AWS::SageMaker::Model")["PrimaryContainer"]
+    # Where the Register step records the weights (training_pipeline/registration.py).
+    assert (
+        delivered(container)["Fn::GetAtt"][1]
+        == "InferenceSpecification.Containers.0.ModelDataSource.S3DataSource.S3Uri"
+    )
 
 
 def test_variant_stages_pass_cdk_nag(variants):
@@ -411,7 +493,7 @@ def test_variant_stages_pass_cdk_nag(variants):
         (
             "cn-northwest-1",
             "vllm",
-            "727897471807.dkr.ecr.cn-northwest-1.amazonaws.com.cn/djl-inference:0.35.0-lmi17.0.0-cu128",
+            "727897471807.dkr.ecr.cn-northwest-1.amazonaws.com.cn/djl-inference:0.38.0-lmi29.0.0-cu130",
         ),
     ],
 )

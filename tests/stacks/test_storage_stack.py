@@ -267,6 +267,7 @@ def test_captured_data_expiry_comes_from_the_serving_config():
         key_user_role_path="/p/dev/",
         training_images=[images.training_image("us-east-1", stage.training.smp.version)],
         serving_images=[images.serving_image("us-east-1", stage.serving.engine)],
+        staging_images=[images.processing_image("us-east-1", stage.training.processing_instance_type)],
     )
     template = Template.from_stack(stack).to_json()["Resources"]
     data = template[stack.get_logical_id(stack.data_bucket.node.default_child)]

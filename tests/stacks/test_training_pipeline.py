@@ -20,6 +20,7 @@ from stacks.constructs.training_pipeline.definition import (
     placeholders_in,
     staging_definition,
 )
+from stacks.serving_properties import environment as environment_of
 from stacks.training_job import smp_parameters
 from tests.cdk_assembly import REPO
 from training.finetune.hyperparameters import HYPERPARAMETER_NAMES, parse_hyperparameters
@@ -262,23 +263,98 @@ def test_processing_steps_run_the_packaged_scripts_in_the_pytorch_image():
     ]
 
 
-def test_register_points_at_the_lmi_image_the_inference_code_and_the_fine_tuned_weights():
-    register = step(definition(), "Register-RegisterModel")["Arguments"]
-    (container,) = register["InferenceSpecification"]["Containers"]
+TRAINED = {"Get": "Steps.Train.ModelArtifacts.S3ModelArtifacts"}
+
+
+def registered_container(defn: dict) -> dict:
+    (container,) = step(defn, "Register-RegisterModel")["Arguments"]["InferenceSpecification"]["Containers"]
+    return container
+
+
+def test_the_registered_package_is_the_model_the_endpoint_runs_with_the_handler_beside_the_weights():
+    defn = definition()
+    register = step(defn, "Register-RegisterModel")["Arguments"]
+    container = registered_container(defn)
+    # What lmi_model builds: the fine-tuned folder delivered uncompressed, the engine's keys as OPTION_* variables,
+    # the handler named by its path inside that folder. No code archive, no WEIGHTS_S3_URI (the handler refuses it).
     assert container == {
         "Image": "lmi",
-        "ModelDataUrl": "s3://${ArtifactsBucket}/${InferenceCodeKey}",
-        "Environment": {
-            "WEIGHTS_S3_URI": {"Get": "Steps.Train.ModelArtifacts.S3ModelArtifacts"},
-            "TENSOR_PARALLEL_DEGREE": "1",
-        },
+        "ModelDataSource": {"S3DataSource": {"S3Uri": TRAINED, "S3DataType": "S3Prefix", "CompressionType": "None"}},
+        "Environment": environment_of(ServingConfig(), entry_point="/opt/ml/model/${HandlerFolder}model.py"),
     }
     assert register["ModelApprovalStatus"] == "PendingManualApproval"
     assert register["ModelPackageGroupName"] == "p-dev"
     assert register["InferenceSpecification"]["SupportedRealtimeInferenceInstanceTypes"] == ["ml.g5.2xlarge"]
+    # The Evaluate job puts the handler there: from the folder the training stack publishes, to
+    # <weights>inference/<sha256>/, through a copy (a job's input and output paths must differ).
+    evaluate = step(defn, "Evaluate")["Arguments"]
+    inputs = {i["InputName"]: i["S3Input"] for i in evaluate["ProcessingInputs"]}
+    assert (inputs["handler"]["LocalPath"], inputs["handler"]["S3Uri"]) == (
+        "/opt/ml/processing/handler",
+        "s3://${ArtifactsBucket}/code/registry-deepspeed/${HandlerFolder}",
+    )
+    outputs = {o["OutputName"]: o["S3Output"] for o in evaluate["ProcessingOutputConfig"]["Outputs"]}
+    assert outputs["handler"] == {
+        "LocalPath": "/opt/ml/processing/served-handler",
+        "S3Uri": {"Std:Join": {"On": "", "Values": [TRAINED, "${HandlerFolder}"]}},
+        "S3UploadMode": "EndOfJob",
+    }
+    command = evaluate["AppSpecification"]["ContainerEntrypoint"][2]
+    copy = "cp -R /opt/ml/processing/handler/. /opt/ml/processing/served-handler/"
+    assert copy in command and command.index(copy) < command.index("exec python3 evaluate.py")
+
+
+def test_a_vllm_package_carries_no_handler_and_the_engines_keys():
+    serving = ServingConfig(engine="vllm", model="gpt-j-6b", instance_type="ml.g5.2xlarge")
+    defn = definition(TrainingConfig(), serving)
+    container = registered_container(defn)
+    assert container["ModelDataSource"]["S3DataSource"]["S3Uri"] == TRAINED
+    assert container["Environment"] == environment_of(serving)  # LMI's own vLLM service, no handler path
+    evaluate = step(defn, "Evaluate")["Arguments"]
+    assert "handler" not in {i["InputName"] for i in evaluate["ProcessingInputs"]}
+    assert "cp -R" not in evaluate["AppSpecification"]["ContainerEntrypoint"][2]
+    assert "HandlerFolder" not in placeholders_in(json.dumps(defn))
+
+
+def test_the_serving_stack_reads_the_weights_where_the_package_records_them():
+    # stacks/serving_stack.py looks the weights prefix up in DescribeModelPackage's output at this path.
+    from stacks.serving_stack import PACKAGE_WEIGHTS
+
+    container = registered_container(definition())
+    node = {"InferenceSpecification": {"Containers": [container]}}
+    for key in PACKAGE_WEIGHTS.split("."):
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    assert node == TRAINED
+
+
+def test_current_models_prepare_and_evaluate_in_the_smp_v2_image_and_staging_stays_on_the_pytorch_image():
+    # transformers 4.21 (the PyTorch 1.13.1 image's lock line) cannot read Llama 3.1's config or tokenizer.
+    llama = TrainingConfig(
+        model="llama-3.1-8b",
+        precision="bf16",
+        smp={"version": 2, "tensor_parallel_degree": 1, "hybrid_shard_degree": 8},
+    )
+    defn = definition(llama)
+    for name in ("PrepareData", "Evaluate"):
+        assert step(defn, name)["Arguments"]["AppSpecification"]["ImageUri"] == images.training_image("us-east-1", 2)
+    # Staging runs in the image the staging role may pull (stage.py: processing_image), whatever the method.
+    lora = TrainingConfig(
+        model="llama-3.1-8b", method="lora", instance_type="ml.g5.2xlarge", precision="bf16", train_batch_size=2
+    )
+    for config in (llama, lora):
+        body = staging_definition(config, ServingConfig(), region="us-east-1", names=NAMES, token_secret="hf-token")
+        for stage in json.loads(body)["Steps"]:
+            image = stage["Arguments"]["AppSpecification"]["ImageUri"]
+            assert image == images.processing_image("us-east-1", config.processing_instance_type), stage["Name"]
+    # SMP v1 (GPT-J) keeps the PyTorch 1.13.1 image.
+    assert step(definition(), "Evaluate")["Arguments"]["AppSpecification"]["ImageUri"] == images.processing_image(
+        "us-east-1", "ml.g5.2xlarge"
+    )
 
 
 def test_generation_is_deterministic_and_needs_no_network(monkeypatch):
+    monkeypatch.setenv("SYNTH_CACHE", "off")  # generated by the SDK here, not read from stacks/synth_cache.py
+
     def refuse(self, address):
         raise AssertionError(f"network access to {address} while generating the definition")
 
@@ -290,7 +366,12 @@ def test_generation_is_deterministic_and_needs_no_network(monkeypatch):
 
 def test_only_known_placeholders_are_left_for_cloudformation():
     body = finetune_definition(TrainingConfig(), ServingConfig(), region="us-east-1", names=NAMES, serving_image="lmi")
-    assert placeholders_in(body) == set(PLACEHOLDERS) | {"AWS::Partition", "AWS::AccountId"}
+    # Every deploy-time value but the staging role, which only the staging pipeline's steps run with.
+    assert placeholders_in(body) == set(PLACEHOLDERS) - {"StagingRoleName"} | {"AWS::Partition", "AWS::AccountId"}
+    staging_body = staging_definition(TrainingConfig(), ServingConfig(), region="us-east-1", names=NAMES)
+    assert "StagingRoleName" in placeholders_in(staging_body) and "TrainingRoleName" not in placeholders_in(
+        staging_body
+    )
     with pytest.raises(ValueError, match=r"unknown placeholders \['Typo'\]"):
         placeholders_in(body + "${Typo}")
 
@@ -425,6 +506,8 @@ def test_training_pins_only_full_commits(tmp_path, config, message):
 
 
 def test_staging_definition_is_deterministic_and_needs_no_network(monkeypatch):
+    monkeypatch.setenv("SYNTH_CACHE", "off")  # generated by the SDK here, not read from stacks/synth_cache.py
+
     def refuse(self, address):
         raise AssertionError(f"network access to {address} while generating the definition")
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.cdk_assembly import render, short_id
@@ -59,7 +61,8 @@ def test_pipeline_role_runs_pipeline_jobs_passes_only_the_training_role_and_regi
         f"arn:aws:sagemaker:us-east-1:{account}:model-package-group/llm-platform-prod",
         f"arn:aws:sagemaker:us-east-1:{account}:model-package/llm-platform-prod/*",
     ]
-    actions, resources, condition = got["PassTrainingRole"]
+    actions, resources, condition = got["PassJobRoles"]
+    # The staging jobs run with the training role too: no stage of the default config stages a gated model.
     assert actions == ["iam:PassRole"] and len(resources) == 1 and "TrainingRole" in resources[0]
     assert condition == {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}
     assert got["ReadEvaluationReports"][:2] == (["s3:GetObject"], [resources_of_evaluation(got)])
@@ -69,7 +72,7 @@ def test_pipeline_role_runs_pipeline_jobs_passes_only_the_training_role_and_regi
     assert set(got) == {
         "RunPipelineJobs",
         "RegisterModels",
-        "PassTrainingRole",
+        "PassJobRoles",
         "EncryptJobVolumes",
         "ReadEvaluationReports",
         "ReadStagedWeightsRecord",
@@ -105,3 +108,97 @@ def test_training_role_may_pull_the_training_and_processing_images(assembly):
     training = next(p for p in policies.values() if "TrainingRole" in str(p["Properties"]["Roles"]))
     pulls = [s for s in training["Properties"]["PolicyDocument"]["Statement"] if s["Sid"].startswith("PullImages")]
     assert [s["Resource"] for s in pulls] == ["arn:aws:ecr:us-east-1:763104351884:repository/pytorch-training"]
+
+
+VPC_STAGE = """
+project: vpcjobs
+stages:
+  dev:
+    region: us-east-1
+    removal_policy: destroy
+    huggingface_token_secret: vpcjobs/dev/huggingface-token
+    training:
+      vpc: {subnet_ids: [subnet-0123456789abcdef0], security_group_ids: [sg-0123456789abcdef0]}
+    serving:
+      engine: vllm
+      model: llama-3.1-8b
+      dtype: bf16
+      instance_type: ml.g5.2xlarge
+      context_tokens: 8192
+      max_batch_size: 4
+"""
+
+
+@pytest.fixture(scope="module")
+def vpc_stage(tmp_path_factory):
+    """One stage whose jobs run in a VPC, with a gated served model, so its staging jobs have a role of their own."""
+    from tests.cdk_assembly import synthesize
+
+    folder = tmp_path_factory.mktemp("vpc-jobs")
+    config = folder / "config.yaml"
+    config.write_text(VPC_STAGE)
+    return synthesize(config, folder / "out", only_stage="dev")
+
+
+def test_jobs_in_a_vpc_get_the_network_interfaces_sagemaker_documents_on_both_job_roles(vpc_stage):
+    assert vpc_stage.error is None, "\n".join(vpc_stage.findings())
+    policies = vpc_stage.resources("dev", "Training", "AWS::IAM::Policy")
+    ((logical_id, policy),) = [(k, p["Properties"]) for k, p in policies.items() if k.startswith("JobsVpcAccess")]
+    roles = json.dumps(policy["Roles"])
+    assert "TrainingRole" in roles and "StagingRole" in roles
+    statements = {s["Sid"]: s for s in render(policy["PolicyDocument"])["Statement"]}
+    actions = {a for s in statements.values() for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
+    # The list SageMaker documents for CreateTrainingJob and CreateProcessingJob in a VPC, no more.
+    assert actions == {
+        "ec2:CreateNetworkInterface",
+        "ec2:CreateNetworkInterfacePermission",
+        "ec2:DeleteNetworkInterface",
+        "ec2:DeleteNetworkInterfacePermission",
+        "ec2:DescribeNetworkInterfaces",
+        "ec2:DescribeVpcs",
+        "ec2:DescribeDhcpOptions",
+        "ec2:DescribeSubnets",
+        "ec2:DescribeSecurityGroups",
+    }
+    arn = "arn:aws:ec2:us-east-1:<AWS::AccountId>:"
+    # Not scoped to the configured subnets (execution_role.vpc_access_policy says why): this account and region
+    # only, and interface permissions for SageMaker only.
+    assert sorted(statements["CreateInterfaces"]["Resource"]) == [
+        f"{arn}network-interface/*",
+        f"{arn}security-group/*",
+        f"{arn}subnet/*",
+    ]
+    assert statements["HandInterfacesToSageMaker"]["Condition"] == {
+        "StringEquals": {"ec2:AuthorizedService": "sagemaker.amazonaws.com"}
+    }
+    assert "Condition" not in statements["DeleteInterfaces"]
+    # Both pipelines wait for the policy: an execution started right after the deploy has its permissions.
+    for pipeline in vpc_stage.resources("dev", "Training", "AWS::SageMaker::Pipeline").values():
+        assert logical_id in pipeline["DependsOn"]
+
+
+def test_a_stage_without_a_training_vpc_gets_no_network_permissions(assembly):
+    assert not [k for k in assembly.resources("prod", "Training", "AWS::IAM::Policy") if k.startswith("JobsVpcAccess")]
+
+
+def test_the_training_stack_publishes_the_handler_the_evaluate_job_copies_beside_the_weights(assembly, vpc_stage):
+    (handler,) = [
+        p["Properties"]
+        for k, p in assembly.resources("dev", "Training", "Custom::CodePackage").items()
+        if k.startswith("RegistryHandler")
+    ]
+    assert handler["Subfolder"] == "inference/"
+    assert render(handler["TargetUri"]).endswith("/code/registry-deepspeed/")
+    assert "model.py" in handler["RequiredFiles"]
+    # The finetune pipeline is given the folder's name (inference/<sha256>/) for ${HandlerFolder}.
+    (finetune,) = [
+        p["Properties"]
+        for p in assembly.resources("dev", "Training", "AWS::SageMaker::Pipeline").values()
+        if p["Properties"]["PipelineName"].endswith("-finetune")
+    ]
+    _, variables = finetune["PipelineDefinition"]["PipelineDefinitionBody"]["Fn::Sub"]
+    assert "RegistryHandler" in json.dumps(variables["HandlerFolder"])
+    # vLLM runs LMI's own handler: nothing to publish.
+    assert not [
+        k for k in vpc_stage.resources("dev", "Training", "Custom::CodePackage") if k.startswith("RegistryHandler")
+    ]

@@ -176,12 +176,19 @@ def test_what_the_lock_leaves_to_the_image_is_trusted_when_there_and_refused_whe
 
 def test_the_processing_steps_pip_command_refuses_unhashed_and_sdist_requirements_by_itself(monkeypatch, tmp_path):
     """The processing steps' own pip flags enforce hash checking and wheels only, whatever the file says."""
+    from stacks.catalog.images import processing_image
     from stacks.config import TrainingConfig
     from stacks.constructs.training_pipeline.definition import offline_session, processor
 
     with offline_session("us-east-1") as session:
         job = processor(
-            session, TrainingConfig(), region="us-east-1", name="x", instance_type="ml.m5.2xlarge", script="x.py"
+            session,
+            TrainingConfig(),
+            region="us-east-1",
+            name="x",
+            instance_type="ml.m5.2xlarge",
+            script="x.py",
+            image=processing_image("us-east-1", "ml.m5.2xlarge"),
         )
     install = next(shlex.split(part) for part in job.entrypoint[2].split("&&") if " pip install " in part)
     assert install[0] == "python3"

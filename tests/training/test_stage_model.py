@@ -34,13 +34,31 @@ class LocalHub:
     """model_info / list_repo_files / hf_hub_download / snapshot_download over a folder, with huggingface_hub's
     signatures and its pattern matching (filter_repo_objects: fnmatch on the path in the repository, `*` crossing
     folders). `refs` maps branch names to commits; a commit resolves to itself when the repository has it, as the hub
-    answers; anything else is the hub's RevisionNotFoundError."""
+    answers; anything else is the hub's RevisionNotFoundError. With `gated_for`, the repository is gated: every call
+    without that token is the hub's GatedRepoError, as huggingface_hub raises it for a 401/403 on a gated repository;
+    `tokens` records the token each call carried."""
 
-    def __init__(self, repo: Path, refs: dict[str, str] | None = None, commits: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        repo: Path,
+        refs: dict[str, str] | None = None,
+        commits: tuple[str, ...] = (),
+        gated_for: str | None = None,
+    ) -> None:
         self.repo = repo
         self.refs = {"main": MAIN} if refs is None else refs
         self.commits = {*self.refs.values(), *commits}
         self.calls: list[tuple] = []
+        self.gated_for = gated_for
+        self.tokens: list[tuple[str, str | None]] = []
+
+    def _gate(self, call: str, token: str | None) -> None:
+        from huggingface_hub.errors import GatedRepoError
+
+        self.tokens.append((call, token))
+        if self.gated_for is not None and token != self.gated_for:
+            response = SimpleNamespace(headers={}, request=None, status_code=401)
+            raise GatedRepoError("401 Client Error: Cannot access gated repo", response=response)
 
     def _commit(self, revision: str) -> str:
         commit = self.refs.get(revision, revision)
@@ -48,23 +66,36 @@ class LocalHub:
             raise LookupError(f"revision {revision} not found")  # the real client: RevisionNotFoundError
         return commit
 
-    def model_info(self, repo_id: str, *, revision: str | None = None) -> SimpleNamespace:
+    def model_info(self, repo_id: str, *, revision: str | None = None, token: str | None = None) -> SimpleNamespace:
+        self._gate("model_info", token)
         return SimpleNamespace(id=repo_id, sha=self._commit(revision or "main"))
 
-    def list_repo_files(self, repo_id: str, *, revision: str | None = None) -> list[str]:
+    def list_repo_files(self, repo_id: str, *, revision: str | None = None, token: str | None = None) -> list[str]:
+        self._gate("list_repo_files", token)
         self._commit(revision or "main")
         return sorted(p.relative_to(self.repo).as_posix() for p in self.repo.rglob("*") if p.is_file())
 
-    def hf_hub_download(self, repo_id: str, filename: str, *, revision: str, local_dir: str) -> str:
-        if filename not in self.list_repo_files(repo_id, revision=revision):
+    def hf_hub_download(
+        self, repo_id: str, filename: str, *, revision: str, local_dir: str, token: str | None = None
+    ) -> str:
+        self._gate("hf_hub_download", token)
+        if filename not in self.list_repo_files(repo_id, revision=revision, token=token):
             raise FileNotFoundError(f"{repo_id}@{revision} has no {filename}")  # the real client: EntryNotFoundError
         return self._copy(filename, local_dir)
 
     def snapshot_download(
-        self, repo_id: str, *, revision: str, local_dir: str, allow_patterns: list[str], ignore_patterns=None
+        self,
+        repo_id: str,
+        *,
+        revision: str,
+        local_dir: str,
+        allow_patterns: list[str],
+        ignore_patterns=None,
+        token: str | None = None,
     ) -> str:
+        self._gate("snapshot_download", token)
         self.calls.append((repo_id, revision, tuple(allow_patterns), tuple(ignore_patterns or ())))
-        files = self.list_repo_files(repo_id, revision=revision)
+        files = self.list_repo_files(repo_id, revision=revision, token=token)
         for name in filter_repo_objects(files, allow_patterns=allow_patterns, ignore_patterns=ignore_patterns):
             self._copy(name, local_dir)
         (Path(local_dir) / ".cache" / "huggingface").mkdir(parents=True, exist_ok=True)  # as the real client leaves
@@ -161,7 +192,7 @@ def test_a_pinned_commit_is_staged_only_if_the_hub_resolves_it_to_itself():
     assert stage_model.resolve(hub, "m/x", OTHER) == OTHER
 
     class Rewriting(LocalHub):  # a hub (or a proxy in front of it) answering with another commit
-        def model_info(self, repo_id, *, revision=None):
+        def model_info(self, repo_id, *, revision=None, token=None):
             return SimpleNamespace(id=repo_id, sha=MAIN)
 
     with pytest.raises(stage_model.StagingError, match=rf"m/x@{OTHER} resolves to commit {MAIN}"):
@@ -416,9 +447,22 @@ def test_hugging_face_staging_never_copies_a_deepspeed_description_without_its_s
 def test_main_passes_what_the_pipeline_step_says(tmp_path, monkeypatch):
     seen = {}
 
-    def fake_run(model_id, revision, destination, output_dir, *, hub, s3, deepspeed=None, allow_pickle=False):
+    def fake_run(
+        model_id,
+        revision,
+        destination,
+        output_dir,
+        *,
+        hub,
+        s3,
+        deepspeed=None,
+        allow_pickle=False,
+        token=None,
+        token_source=None,
+    ):
         seen.update(model_id=model_id, revision=revision, destination=destination, deepspeed=deepspeed,
                     allow_pickle=allow_pickle, region=s3.meta.region_name)  # fmt: skip
+        assert token is None  # no --hf_token_secret: no token, and no call to Secrets Manager
         return {}
 
     monkeypatch.setattr(stage_model, "run", fake_run)
@@ -432,3 +476,60 @@ def test_main_passes_what_the_pipeline_step_says(tmp_path, monkeypatch):
         stage_model.main([*argv, "--deepspeed_tp_size", "8"])  # both or neither
     with pytest.raises(SystemExit):
         stage_model.main([*argv[:4], "--destination", "s3://models/pretrained/x", *argv[6:]])  # a prefix ends with '/'
+
+
+# --- gated repositories: the token from Secrets Manager -----------------------------------------------------------
+
+TOKEN = "hf_" + "Zq8" * 11  # what a Hugging Face token looks like; any value the stand-in hub checks for
+SECRET = "llm-platform/dev/huggingface-token"
+GATED_ARGV = ["--model_id", "meta-llama/Llama-3.1-8B", "--revision", "main", "--destination",
+              f"s3://{BUCKET}/pretrained/llama-3.1-8b/", "--region", "us-east-1"]  # fmt: skip
+
+
+@pytest.fixture
+def aws():
+    with mock_aws():
+        session = boto3.Session(region_name="us-east-1")
+        session.client("s3").create_bucket(Bucket=BUCKET)
+        session.client("secretsmanager").create_secret(Name=SECRET, Description="created empty, as the stack does")
+        yield session
+
+
+def test_a_gated_repository_is_staged_with_the_token_from_its_secret_and_the_token_is_never_printed(
+    tmp_path, aws, capsys
+):
+    aws.client("secretsmanager").put_secret_value(SecretId=SECRET, SecretString=TOKEN + "\n")
+    hub = LocalHub(make_repo(tmp_path / "repo", HF_REPO), gated_for=TOKEN)
+    argv = [*GATED_ARGV, "--hf_token_secret", SECRET, "--output_dir", str(tmp_path / "out")]
+    assert stage_model.main(argv, hub=hub, session=aws) == 0
+    # Every hub call carried the token: resolving the commit, listing the files, the download.
+    assert {call for call, _ in hub.tokens} == {"model_info", "list_repo_files", "snapshot_download"}
+    assert {token for _, token in hub.tokens} == {TOKEN}
+    keys = {o["Key"] for o in aws.client("s3").list_objects_v2(Bucket=BUCKET)["Contents"]}
+    assert f"pretrained/llama-3.1-8b/{MAIN}.json" in keys and "pretrained/llama-3.1-8b/main.json" in keys
+    out = capsys.readouterr()
+    assert SECRET in out.out  # the log says which secret, never what is in it
+    assert TOKEN not in out.out + out.err and TOKEN[3:] not in out.out + out.err
+
+
+def test_a_gated_repository_without_a_token_fails_with_the_config_key_to_set(tmp_path, aws, capsys):
+    hub = LocalHub(make_repo(tmp_path / "repo", HF_REPO), gated_for=TOKEN)
+    assert stage_model.main([*GATED_ARGV, "--output_dir", str(tmp_path / "out")], hub=hub, session=aws) == 2
+    err = capsys.readouterr().err
+    assert "meta-llama/Llama-3.1-8B is gated" in err and "huggingface_token_secret" in err
+    assert hub.tokens == [("model_info", None)]  # refused before anything is listed or downloaded
+
+
+def test_a_token_without_access_and_a_secret_without_a_value_each_say_what_to_do(tmp_path, aws, capsys):
+    hub = LocalHub(make_repo(tmp_path / "repo", HF_REPO), gated_for=TOKEN)
+    argv = [*GATED_ARGV, "--hf_token_secret", SECRET, "--output_dir", str(tmp_path / "out")]
+    # The stack creates the secret without a value: the first staging before put-secret-value says how to put it.
+    assert stage_model.main(argv, hub=hub, session=aws) == 2
+    err = capsys.readouterr().err
+    assert f"aws secretsmanager put-secret-value --secret-id {SECRET}" in err
+    assert hub.tokens == []  # the hub is not asked anything without the token
+    aws.client("secretsmanager").put_secret_value(SecretId=SECRET, SecretString="hf_of_an_account_without_access")
+    assert stage_model.main(argv, hub=hub, session=aws) == 2
+    err = capsys.readouterr().err
+    assert f"the token in secret {SECRET} has no access" in err and "accept the model's terms" in err
+    assert "hf_of_an_account_without_access" not in err

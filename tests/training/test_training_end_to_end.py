@@ -5,13 +5,9 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import re
 import shutil
-import signal
-import subprocess
-import sys
 import tarfile
 
 import pytest
@@ -19,7 +15,15 @@ import torch
 from finetune import checkpoints
 from finetune.metrics import METRIC_DEFINITIONS
 from safetensors.torch import load_file
-from training_helpers import BLOCK_SIZE, TRAINING_DIR, load_module, read_log_records, run_script, train_arguments
+from training_helpers import (
+    BLOCK_SIZE,
+    TRAINING_DIR,
+    load_module,
+    read_log_records,
+    run_script,
+    run_train_py_until_killed,
+    train_arguments,
+)
 
 from local.tiny import sentences
 
@@ -113,28 +117,6 @@ def test_evaluation_step_reports_the_final_validation_perplexity(reference_run, 
 def test_keeps_only_the_newest_complete_checkpoints(reference_run) -> None:
     kept = sorted(path.name for path in (reference_run["dir"] / "checkpoints").iterdir())
     assert kept == ["step_00000030", "step_00000040"]
-
-
-def run_train_py_until_killed(arguments: list[str], *, when: str) -> None:
-    """Run train.py as its own process and SIGKILL it (a spot interruption does not ask) at the first output line
-    starting with `when`."""
-    environment = {key: value for key, value in os.environ.items() if not key.startswith("SM_")}
-    environment.update({"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"})
-    process = subprocess.Popen(
-        [sys.executable, "train.py", *arguments],
-        cwd=TRAINING_DIR,
-        env=environment,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    assert process.stdout is not None
-    for line in process.stdout:
-        if line.startswith(when):
-            os.kill(process.pid, signal.SIGKILL)
-            break
-    process.stdout.close()
-    assert process.wait(timeout=60) == -signal.SIGKILL, f"train.py never printed a line starting with {when!r}"
 
 
 @pytest.mark.bad_input("kill")

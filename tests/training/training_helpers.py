@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -79,3 +80,25 @@ def read_log_records(stdout: str, prefix: str = "step=") -> list[dict[str, str]]
         if line.startswith(prefix):
             records.append(dict(item.split("=", 1) for item in line.split()))
     return records
+
+
+def run_train_py_until_killed(arguments: list[str], *, when: str) -> None:
+    """Run train.py as its own process and SIGKILL it (a spot interruption does not ask) at the first output line
+    starting with `when`."""
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("SM_")}
+    environment.update({"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"})
+    process = subprocess.Popen(
+        [sys.executable, "train.py", *arguments],
+        cwd=TRAINING_DIR,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith(when):
+            os.kill(process.pid, signal.SIGKILL)
+            break
+    process.stdout.close()
+    assert process.wait(timeout=60) == -signal.SIGKILL, f"train.py never printed a line starting with {when!r}"

@@ -18,6 +18,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
+from .adapters import ADAPTER_METHODS, METHODS, parse_target_modules
 from .errors import ConfigurationError
 
 # Flags the SageMaker platform adds to the command line; they are read elsewhere (mp_parameters: layout.py).
@@ -218,6 +219,29 @@ class Hyperparameters:
         False, "run", "torch.use_deterministic_algorithms (bit-exact reruns; slower on GPU)", parse_bool
     )
     save_final_model: bool = _hp(True, "run", "write the final HF model to model_dir", parse_bool)
+    # --- adapters (LoRA / QLoRA through PEFT; finetune/adapters.py) ---
+    method: str = _hp(
+        "full",
+        "adapters",
+        "full (every weight), lora (PEFT adapters over frozen base weights) or qlora (adapters over 4-bit base "
+        "weights; needs a CUDA GPU): lora and qlora write an adapter folder to model_dir",
+        parse_choice(METHODS),
+    )
+    lora_r: int = _hp(16, "adapters", "LoRA rank", parse_int)
+    lora_alpha: int = _hp(32, "adapters", "LoRA alpha (the update is scaled by alpha / rank)", parse_int)
+    lora_dropout: float = _hp(0.05, "adapters", "dropout on the LoRA input", parse_float)
+    lora_target_modules: str = _hp(
+        "auto", "adapters", "comma-separated linear layers to adapt, or auto (the architecture's default)", str
+    )
+    base_model_name: str | None = _hp(
+        None, "adapters", "catalog name of the base model, for the record", parse_optional_path
+    )
+    base_model_id: str | None = _hp(
+        None, "adapters", "Hugging Face id of the base model, for the record", parse_optional_path
+    )
+    base_model_revision: str | None = _hp(
+        None, "adapters", "commit of the base model's weights, for the record", parse_optional_path
+    )
 
 
 HYPERPARAMETERS: tuple[dataclasses.Field, ...] = dataclasses.fields(Hyperparameters)
@@ -354,11 +378,34 @@ def check_hyperparameters(hp: Hyperparameters) -> None:
         f"both a pretrained model ({hp.pretrained_dir}, --pretrained_dir or the `model` channel) and --model_config "
         f"({hp.model_config}) are given: pass one (pretrained weights, or a config for random init)",
     )
+    _check_adapter_hyperparameters(hp)
     _require(
         hp.pretrained_dir is not None or hp.model_config is not None,
         "no model: pass --pretrained_dir (or provide the `model` channel, SM_CHANNEL_MODEL) to fine-tune "
         "pretrained weights, or --model_config for a randomly initialized model",
     )
+
+
+def _check_adapter_hyperparameters(hp: Hyperparameters) -> None:
+    _require(hp.lora_r >= 1, f"--lora_r must be at least 1, got {hp.lora_r}")
+    _require(hp.lora_alpha >= 1, f"--lora_alpha must be at least 1, got {hp.lora_alpha}")
+    _require(0 <= hp.lora_dropout < 1, f"--lora_dropout must be in [0, 1), got {hp.lora_dropout}")
+    try:
+        parse_target_modules(hp.lora_target_modules)
+    except ValueError as error:
+        raise ConfigurationError(f"--lora_target_modules: {error}") from None
+    if hp.method in ADAPTER_METHODS:
+        _require(
+            hp.backend in ("auto", "torch"),
+            f"--method {hp.method} trains PEFT adapters with plain PyTorch (one process, or DDP under torchrun); "
+            f"--backend {hp.backend} cannot wrap them: use --backend torch or auto without mp_parameters",
+        )
+    if hp.method == "qlora":
+        _require(
+            hp.pretrained_dir is not None,
+            "--method qlora quantizes pretrained weights to 4 bits: pass --pretrained_dir (or the `model` channel)",
+        )
+        _require(not hp.fp16, "--method qlora computes in bf16 (its 4-bit recipe): use --bf16, not --fp16")
 
 
 def hyperparameter_table_markdown() -> str:

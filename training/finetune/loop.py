@@ -83,6 +83,11 @@ def run_training(hp: Hyperparameters, platform: PlatformArguments, environ: Mapp
         _require_path(hp.model_dir, "--model_dir", "SM_MODEL_DIR")
     layout = parse_layout(read_mp_parameters(environ, platform))
     backend_name, fallback_note = resolve_backend(hp.backend, layout)
+    if hp.method != "full" and backend_name != "torch":
+        raise ConfigurationError(
+            f"--method {hp.method} trains PEFT adapters with plain PyTorch (DDP), but mp_parameters selects "
+            f"{backend_name}: remove the SMP distribution from the job, or use --method full"
+        )
     check_layout(hp, layout, backend_name, world_size_from_environment(environ))
     precision = resolve_precision(hp, layout, backend_name)
 
@@ -197,9 +202,10 @@ class TrainingRun:
         seed_everything(hp.seed)
         source = self.source
         model = backend.create_model(
-            lambda dtype, load_weights=True: build_model(source, dtype, load_weights=load_weights)
+            lambda dtype, load_weights=True, **options: build_model(source, dtype, load_weights, **options)
         )
         num_parameters = count_parameters(model)
+        trainable = sum(parameter.numel() for parameter in model.parameters() if parameter.requires_grad)
         model, optimizer = backend.prepare(model, self._make_optimizer)
 
         # --- resume, or start from the pretrained weights and the seed ---
@@ -229,6 +235,8 @@ class TrainingRun:
             "max_steps": hp.max_steps,
             "start_step": state.step,
             "parameters": num_parameters,
+            "trainable_parameters": trainable,
+            "method": hp.method,
             "model_type": source.model_type,
         }
         self.reporter.log("training: " + " ".join(f"{key}={value}" for key, value in banner.items()))
@@ -420,13 +428,19 @@ class TrainingRun:
 
     # --- the final model ---
     def _save_final_model(self, model: Any) -> None:
-        backend = self.backend
+        backend, hp = self.backend, self.hp
         model_dir = Path(str(self.hp.model_dir))
         state_dict = backend.full_state_dict(model, model_dir / ".full_state")
         if backend.is_main:
             assert state_dict is not None
             module, tokenizer = backend.hf_module(model), self.source.tokenizer
-            if module is None:
+            if hp.method != "full":
+                from .backends.lora import base_record, save_adapter
+
+                assert module is not None
+                record = base_record(hp, self.source.model_type)
+                target, files = save_adapter(module, tokenizer, str(model_dir), record)
+            elif module is None:
                 target, files = write_hf_folder(self.source.config, tokenizer, state_dict, str(model_dir))
             else:
                 target, files = save_hf_model(module, tokenizer, state_dict, str(model_dir))

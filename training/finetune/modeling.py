@@ -252,11 +252,47 @@ def _from_state_dict(config: Any, state_dict: dict[str, torch.Tensor], where: st
     return model
 
 
-def build_model(source: ModelSource, dtype: torch.dtype | None, load_weights: bool = True) -> nn.Module:
-    """The HF model in `dtype` (fp32 when None: AMP and SMP's fp16 optimizer keep fp32 masters), with the pretrained
-    weights when there are any and `load_weights`; else initialized from the config."""
+def _load_in_dtype(source: ModelSource, dtype: torch.dtype, quantization_config: Any, device: torch.device) -> Any:
+    """from_pretrained on the folder, straight into `dtype` (one copy in host memory, not an fp32 model plus the
+    state dict), or 4-bit on `device` with a quantization config: what the LoRA backends load frozen base weights
+    with. Needs a transformers that reads safetensors (not 4.21, which the adapter methods never run with)."""
+    import transformers
     from transformers import AutoModelForCausalLM
 
+    major = int(transformers.__version__.split(".")[0])
+    # 5.x renamed torch_dtype to dtype and always loads without a full extra copy (low_cpu_mem_usage is gone).
+    options: dict[str, Any] = {"dtype": dtype} if major >= 5 else {"torch_dtype": dtype, "low_cpu_mem_usage": True}
+    if quantization_config is not None:
+        # bitsandbytes quantizes each weight as it moves to the GPU; the whole model never sits there unquantized.
+        options.update(quantization_config=quantization_config, device_map={"": device})
+    model, info = AutoModelForCausalLM.from_pretrained(
+        source.pretrained_dir, config=source.config, output_loading_info=True, **options
+    )
+    missing = sorted(info["missing_keys"])
+    if missing:
+        raise ConfigurationError(
+            f"the weights in {source.pretrained_dir} lack {len(missing)} of the model's tensors (e.g. "
+            f"{', '.join(missing[:3])}), which would start from random values: stage the model folder again"
+        )
+    return model
+
+
+def build_model(
+    source: ModelSource,
+    dtype: torch.dtype | None,
+    load_weights: bool = True,
+    *,
+    direct: bool = False,
+    quantization_config: Any = None,
+    device: torch.device | None = None,
+) -> nn.Module:
+    """The HF model in `dtype` (fp32 when None: AMP and SMP's fp16 optimizer keep fp32 masters), with the pretrained
+    weights when there are any and `load_weights`; else initialized from the config. `direct` (the LoRA backends):
+    load the weights with from_pretrained in `dtype`, 4-bit with `quantization_config` on `device`."""
+    from transformers import AutoModelForCausalLM
+
+    if source.pretrained_dir and load_weights and (direct or quantization_config is not None):
+        return _load_in_dtype(source, dtype or torch.float32, quantization_config, device or torch.device("cpu"))
     if source.pretrained_dir and load_weights:
         model = _from_state_dict(source.config, read_hf_weights(source.pretrained_dir), source.pretrained_dir)
     else:

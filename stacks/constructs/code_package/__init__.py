@@ -1,9 +1,12 @@
-"""CodePackage: a source folder (plus files rendered from config) packaged at deploy time into an S3 archive.
+"""CodePackage: a source folder (plus files rendered from config) packaged at deploy time into an S3 archive; and
+CodeFolder: the same, published as plain files inside another S3 prefix.
 
 SageMaker wants code as a gzipped tarball: the training toolkit's `sagemaker_submit_directory` (files at the top) and
-the LMI container's `model.tar.gz` (one top-level directory). A custom resource builds it during `cdk deploy` from the
+a registered model's `model.tar.gz` (one top-level directory). A custom resource builds it during `cdk deploy` from the
 folder, shipped as a CDK asset, and writes it to the stage's artifacts bucket under a key that contains the
 archive's SHA-256: unchanged inputs keep the key and replace nothing; any change gives a new key and a clean update.
+An endpoint's handler goes beside the weights instead (CodeFolder: `<weights prefix>inference/<sha256>/`), since
+SageMaker delivers one uncompressed prefix to /opt/ml/model (S3ModelDataSource) and the weights are never copied.
 The handler is in `runtime/`; one Lambda and Provider per stack serve every package in it.
 """
 
@@ -12,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from aws_cdk import CustomResource, Duration, Size, Stack
+from aws_cdk import CustomResource, Duration, Fn, Size, Stack, Token
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
@@ -93,6 +96,75 @@ class CodePackage(Construct):
         self.size_bytes = resource.get_att_string("SizeBytes")
 
 
+class CodeFolder(Construct):
+    """A source folder's files, uncompressed, at `<target_uri><subfolder><sha256>/`, written once and never changed.
+
+    Args:
+        source: folder to publish (excluding caches: __pycache__, *.pyc).
+        target_uri: `s3://bucket/prefix/` to publish into (may be a deploy-time value).
+        subfolder: the folder under `target_uri` that holds every published version, ending in '/'.
+        encryption_key: encrypts the packaging function's log groups.
+        target_key: the KMS key the target bucket encrypts with, which the function must use to write there (None:
+            the bucket's own arrangement, e.g. an external bucket whose owner grants it).
+        required_files: files the folder must hold; deploys fail otherwise.
+        exclude: source files left out (asset exclude patterns).
+
+    Attributes:
+        folder: `<subfolder><sha256>/`, relative to `target_uri` (a deploy-time value).
+        s3_uri, sha256, size_bytes: where the files are, their content hash, their total size.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        source: Path,
+        target_uri: str,
+        subfolder: str,
+        encryption_key: kms.IKey,
+        target_key: kms.IKey | None,
+        required_files: Sequence[str] = (),
+        exclude: Sequence[str] = (),
+    ) -> None:
+        super().__init__(scope, construct_id)
+        if not subfolder.endswith("/") or subfolder.startswith("/"):
+            raise ValueError(f"CodeFolder subfolder {subfolder!r} must be relative and end with '/'")
+        if not source.is_dir():
+            raise ValueError(f"CodeFolder source {source} is not a directory")
+        if not Token.is_unresolved(target_uri) and not (target_uri.startswith("s3://") and target_uri.endswith("/")):
+            raise ValueError(f"CodeFolder target_uri {target_uri!r} must be s3://bucket/prefix/")
+        self.source = s3_assets.Asset(self, "Source", path=str(source), exclude=[*ASSET_EXCLUDES, *exclude])
+        provider = _PackagingProvider.of(self, encryption_key)
+        provider.allow_objects(self.source, object_arn(self, target_uri, f"{subfolder}*"), target_key)
+        resource = CustomResource(
+            self,
+            "Files",
+            service_token=provider.service_token,
+            resource_type="Custom::CodePackage",
+            properties={
+                "SourceBucket": self.source.s3_bucket_name,
+                "SourceKey": self.source.s3_object_key,
+                "TargetUri": target_uri,
+                "Subfolder": subfolder,
+                "RequiredFiles": sorted(required_files),
+            },
+        )
+        self.s3_uri = resource.get_att_string("Uri")
+        self.sha256 = resource.get_att_string("Sha256")
+        self.size_bytes = resource.get_att_string("SizeBytes")
+        self.folder = f"{subfolder}{self.sha256}/"
+
+
+def object_arn(scope: Construct, s3_uri: str, suffix: str) -> str:
+    """`arn:<partition>:s3:::<bucket>/<prefix><suffix>` of `s3://<bucket>/<prefix>`, also when the URI is a
+    deploy-time value (CloudFormation splits it then)."""
+    partition = Stack.of(scope).partition
+    if Token.is_unresolved(s3_uri):
+        return f"arn:{partition}:s3:::{Fn.select(1, Fn.split('s3://', s3_uri))}{suffix}"
+    return f"arn:{partition}:s3:::{s3_uri.removeprefix('s3://')}{suffix}"
+
+
 class _PackagingProvider(Construct):
     """The handler Lambda and the Provider framework in front of it; one per stack, shared by its packages."""
 
@@ -159,10 +231,30 @@ class _PackagingProvider(Construct):
             apply_to_children=True,
         )
 
+    def allow_objects(self, asset: s3_assets.Asset, objects: str, key: kms.IKey | None) -> None:
+        """Let the handler read `asset` and write the plain files `objects` (an S3 object ARN pattern), never
+        replacing one: it reads a file's metadata before writing, and puts only what is missing."""
+        self.handler_role.add_to_policy(
+            iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject"], resources=[objects])
+        )
+        self._read_asset(asset, key)
+        NagSuppressions.add_resource_suppressions(
+            self.handler_role,
+            [
+                NagPackSuppression(
+                    id="AwsSolutions-IAM5",
+                    reason="A handler folder is content-addressed (<weights prefix>inference/<sha256>/...): its keys "
+                    "are only known after packaging; the statement is limited to the inference/ folder of the "
+                    "served weights",
+                    applies_to=[RegexAppliesTo(regex=r"/^Resource::arn:.*inference\/\*$/")],
+                ),
+            ],
+            apply_to_children=True,
+        )
+
     def allow(self, asset: s3_assets.Asset, bucket: s3.IBucket, key: kms.IKey, prefix: str) -> None:
         """Let the handler read `asset` and write archives under `prefix` of `bucket` (and nothing else there)."""
-        asset.grant_read(self.handler_role)
-        self.handler_role.add_to_principal_policy(
+        self.handler_role.add_to_policy(
             iam.PolicyStatement(
                 actions=[
                     "s3:AbortMultipartUpload",
@@ -174,7 +266,7 @@ class _PackagingProvider(Construct):
                 resources=[bucket.arn_for_objects(f"{prefix}*")],
             )
         )
-        key.grant_encrypt_decrypt(self.handler_role)
+        self._read_asset(asset, key)
         NagSuppressions.add_resource_suppressions(
             self.handler_role,
             [
@@ -184,6 +276,17 @@ class _PackagingProvider(Construct):
                     "after packaging; the statement is limited to this package's prefix",
                     applies_to=[RegexAppliesTo(regex=f"/^Resource::<.*\\.Arn>/{prefix}\\*$/")],
                 ),
+            ],
+            apply_to_children=True,
+        )
+
+    def _read_asset(self, asset: s3_assets.Asset, key: kms.IKey | None) -> None:
+        asset.grant_read(self.handler_role)
+        if key is not None:
+            key.grant_encrypt_decrypt(self.handler_role)
+        NagSuppressions.add_resource_suppressions(
+            self.handler_role,
+            [
                 NagPackSuppression(
                     id="AwsSolutions-IAM5",
                     reason="CDK's asset grant: read-only access (Get*/List*) to the bootstrap asset bucket that holds "

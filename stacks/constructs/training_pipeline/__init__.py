@@ -18,8 +18,8 @@ from constructs import Construct
 
 from stacks import layout
 from stacks.config import ServingConfig, TrainingConfig
-from stacks.constructs.code_package import CodePackage
-from stacks.constructs.training_pipeline import definition
+from stacks.constructs.code_package import CodeFolder, CodePackage
+from stacks.constructs.training_pipeline import definition, registration
 from stacks.constructs.training_pipeline.definition import PipelineNames
 
 
@@ -28,9 +28,14 @@ class TrainingPipelines(Construct):
     training: the stage's training config (validated: the layout fits the instances).
     serving: the stage's serving config (what a registered model package is meant to run on).
     names: the pipelines' and the model package group's names.
-    training_role: the role the jobs run with.
+    training_role: the role the fine-tuning jobs run with.
+    staging_role: the role the weights-staging jobs run with: the training role, or with a Hugging Face token (gated
+        models) a role of their own, the only reader of the token.
+    token_secret: the name of the stage's Hugging Face token secret, if it has one; gated repositories' steps get it.
     data_bucket, models_bucket, artifacts_bucket, encryption_key: the stage's storage.
-    training_code, inference_code: the packaged code archives.
+    training_code: the jobs' packaged code.
+    handler: the DeepSpeed handler published under registration.HANDLER_PREFIX (engine deepspeed), which the Evaluate
+        job copies beside the fine-tuned weights; None for engines LMI serves with its own handler.
     serving_image: the LMI image a registered model package runs in.
     """
 
@@ -43,13 +48,15 @@ class TrainingPipelines(Construct):
         serving: ServingConfig,
         names: PipelineNames,
         training_role: iam.IRole,
+        staging_role: iam.IRole,
         data_bucket: s3.IBucket,
         models_bucket: s3.IBucket,
         artifacts_bucket: s3.IBucket,
         encryption_key: kms.IKey,
         training_code: CodePackage,
-        inference_code: CodePackage,
+        handler: CodeFolder | None,
         serving_image: str,
+        token_secret: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
@@ -59,8 +66,9 @@ class TrainingPipelines(Construct):
             "ModelsBucket": models_bucket.bucket_name,
             "ArtifactsBucket": artifacts_bucket.bucket_name,
             "TrainingCodeKey": training_code.object_key,
-            "InferenceCodeKey": inference_code.object_key,
+            **({"HandlerFolder": handler.folder} if handler is not None else {}),
             "TrainingRoleName": training_role.role_name,
+            "StagingRoleName": staging_role.role_name,
             "KeyArn": encryption_key.key_arn,
         }
 
@@ -70,7 +78,8 @@ class TrainingPipelines(Construct):
             model_package_group_name=names.model_package_group,
             model_package_group_description=f"{training.model} fine-tuned by {names.finetune}",
         )
-        self.role = self._pipeline_role(names, training_role, encryption_key, data_bucket)
+        job_roles = [training_role] + ([staging_role] if staging_role is not training_role else [])
+        self.role = self._pipeline_role(names, job_roles, encryption_key, data_bucket)
         # Each fine-tuning run reads the commit to train on from the staged weights' record (definition.staged_commit):
         # that one object, nothing else of the models bucket.
         self.role.add_to_policy(
@@ -82,9 +91,18 @@ class TrainingPipelines(Construct):
         )
 
         finetune_body = definition.finetune_definition(
-            training, serving, region=region, names=names, serving_image=serving_image
+            training,
+            serving,
+            region=region,
+            names=names,
+            serving_image=serving_image,
+            registered_environment=registration.environment(
+                serving, training, handler_folder=definition.sub("HandlerFolder")
+            ),
         )
-        staging_body = definition.staging_definition(training, serving, region=region, names=names)
+        staging_body = definition.staging_definition(
+            training, serving, region=region, names=names, token_secret=token_secret
+        )
         self.finetune = self._pipeline("Finetune", names.finetune, finetune_body, values, training)
         self.staging = self._pipeline("StageWeights", names.staging, staging_body, values, training)
         self.finetune.node.add_dependency(self.model_package_group)
@@ -107,7 +125,7 @@ class TrainingPipelines(Construct):
         return pipeline
 
     def _pipeline_role(
-        self, names: PipelineNames, training_role: iam.IRole, key: kms.IKey, data_bucket: s3.IBucket
+        self, names: PipelineNames, job_roles: list[iam.IRole], key: kms.IKey, data_bucket: s3.IBucket
     ) -> iam.Role:
         stack = Stack.of(self)
         role = iam.Role(
@@ -152,9 +170,9 @@ class TrainingPipelines(Construct):
         )
         role.add_to_policy(
             iam.PolicyStatement(
-                sid="PassTrainingRole",
+                sid="PassJobRoles",
                 actions=["iam:PassRole"],
-                resources=[training_role.role_arn],
+                resources=[role.role_arn for role in job_roles],
                 conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
             )
         )

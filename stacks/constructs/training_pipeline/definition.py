@@ -30,11 +30,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from unittest import mock
 
-from stacks import layout, sizing
+from stacks import layout, sizing, synth_cache
 from stacks.catalog import images
 from stacks.catalog.models import Model as CatalogModel
 from stacks.catalog.models import StagedWeights
 from stacks.config import ServingConfig, TrainingConfig
+from stacks.constructs.training_pipeline import registration
 from stacks.training_job import hyperparameters, smp_parameters
 from training.finetune.metrics import METRIC_DEFINITIONS
 
@@ -44,8 +45,9 @@ PLACEHOLDERS = (
     "ModelsBucket",
     "ArtifactsBucket",
     "TrainingCodeKey",
-    "InferenceCodeKey",
+    "HandlerFolder",
     "TrainingRoleName",
+    "StagingRoleName",
     "KeyArn",
 )
 PSEUDO_PARAMETERS = ("AWS::Partition", "AWS::AccountId")
@@ -84,8 +86,11 @@ def placeholders_in(definition: str) -> set[str]:
 # --- what the training job is told ----------------------------------------------------------------------------
 
 
-def distribution(training: TrainingConfig) -> dict:
-    """The estimator's `distribution`: SMP over MPI (v1), or SMP over torch.distributed (v2)."""
+def distribution(training: TrainingConfig) -> dict | None:
+    """The estimator's `distribution`: SMP over MPI (v1), or SMP over torch.distributed (v2); for adapters, torchrun
+    with one process per GPU (DDP) when there is more than one, else none (`python train.py`)."""
+    if training.method != "full":
+        return {"torch_distributed": {"enabled": True}} if training.world_size > 1 else None
     modelparallel = {"smdistributed": {"modelparallel": {"enabled": True, "parameters": smp_parameters(training)}}}
     if training.smp.version == 2:
         return {"torch_distributed": {"enabled": True}, **modelparallel}
@@ -154,9 +159,9 @@ def s3(bucket: str, path: str = "") -> str:
     return f"s3://{sub(bucket)}/{path}"
 
 
-def role_arn() -> str:
+def role_arn(role: str = "TrainingRoleName") -> str:
     # An ARN, not a name: the SDK looks a bare role name up in IAM. CloudFormation fills in the pseudo parameters.
-    return f"arn:${{AWS::Partition}}:iam::${{AWS::AccountId}}:role/{sub('TrainingRoleName')}"
+    return f"arn:${{AWS::Partition}}:iam::${{AWS::AccountId}}:role/{sub(role)}"
 
 
 def volume_key(instance_type: str) -> str | None:
@@ -185,12 +190,17 @@ def processor(
     name: str,
     instance_type: str,
     script: str,
+    image: str,
     volume_size_gib: int = 30,  # the SDK's default
+    role: str = "TrainingRoleName",
+    before: str = "",
 ):
-    """A processing job running one script of the training sourcedir in the PyTorch image.
+    """A processing job running one script of the training sourcedir in `image`, with `role` (a placeholder naming
+    the role).
 
     The job's code is the same sourcedir.tar.gz the training job runs: unpack it, install what the image lacks
-    (training/requirements.txt, the hashed lock), and run the script with the step's arguments.
+    (training/requirements.txt, the hashed lock), run the shell step `before` if any, and run the script with the
+    step's arguments.
     """
     from sagemaker.processing import Processor
 
@@ -203,11 +213,12 @@ def processor(
     command = (
         f"set -eu; mkdir -p /opt/ml/code && tar -xzf {CODE_ARCHIVE} -C /opt/ml/code && cd /opt/ml/code "
         "&& python3 -m pip install --quiet --no-input --require-hashes --only-binary=:all: -r requirements.txt "
-        f'&& exec python3 {script} "$@"'
+        + (f"&& {before} " if before else "")
+        + f'&& exec python3 {script} "$@"'
     )
     return Processor(
-        role=role_arn(),
-        image_uri=images.processing_image(region, instance_type),
+        role=role_arn(role),
+        image_uri=image,
         instance_count=1,
         instance_type=instance_type,
         volume_size_in_gb=volume_size_gib,
@@ -259,10 +270,23 @@ def serialize(pipeline) -> str:
 
 
 @functools.cache  # a stage is synthesized twice when a pipeline deploys it too; the definition is pure
+@synth_cache.on_disk  # and so is kept on disk: most synths need neither the SDK's import nor its work
 def finetune_definition(
-    training: TrainingConfig, serving: ServingConfig, *, region: str, names: PipelineNames, serving_image: str
+    training: TrainingConfig,
+    serving: ServingConfig,
+    *,
+    region: str,
+    names: PipelineNames,
+    serving_image: str,
+    registered_environment: tuple[tuple[str, str], ...] | None = None,
 ) -> str:
-    """The fine-tuning pipeline's definition JSON, with `${Placeholder}`s for deploy-time values."""
+    """The fine-tuning pipeline's definition JSON, with `${Placeholder}`s for deploy-time values.
+
+    `registered_environment`: the registered package's OPTION_* environment (registration.environment). The stack
+    passes it, so the definition's cache keys cover model_artifacts/<engine>/serving.properties, which it is rendered
+    from and which synth_cache does not hash; None renders it here."""
+    if registered_environment is None:
+        registered_environment = registration.environment(serving, training, handler_folder=sub("HandlerFolder"))
     from sagemaker.inputs import TrainingInput
     from sagemaker.model import Model
     from sagemaker.model_metrics import MetricsSource, ModelMetrics
@@ -307,6 +331,7 @@ def finetune_definition(
                 name="prepare-data",
                 instance_type=training.processing_instance_type,
                 script="prepare_data.py",
+                image=images.processing_image(region, training.processing_instance_type, training.smp.version),
             ).run(
                 inputs=[
                     ProcessingInput(
@@ -357,6 +382,9 @@ def finetune_definition(
                 max_steps=parameters["MaxSteps"],
                 learning_rate=parameters["LearningRate"],
                 train_batch_size=parameters["TrainBatchSize"],
+                # JSON-quoted: the training toolkit JSON-decodes each value, and a commit of digits (and one e) would
+                # come back as a number.
+                base_revision=Join(on="", values=['"', staged_commit(training.staged_weights), '"']),
             ),
             metric_definitions=METRIC_DEFINITIONS,
             use_spot_instances=training.spot.enabled,
@@ -382,6 +410,17 @@ def finetune_definition(
             ),
         )
         trained_weights = train.properties.ModelArtifacts.S3ModelArtifacts
+        # Deploying the package directly needs the DeepSpeed handler inside the weights prefix: the Evaluate job
+        # writes it there (registration.py), beside the report, so no job of its own starts for a 30 kB copy.
+        handler_copy = (
+            registration.handler_copy(
+                s3("ArtifactsBucket", registration.HANDLER_PREFIX) + sub("HandlerFolder"),
+                trained_weights,
+                sub("HandlerFolder"),
+            )
+            if registration.serves_handler(serving, training)
+            else None
+        )
 
         report = PropertyFile(name="EvaluationReport", output_name="evaluation", path="evaluation.json")
         evaluate = ProcessingStep(
@@ -393,6 +432,8 @@ def finetune_definition(
                 name="evaluate",
                 instance_type=training.evaluate_instance_type,
                 script="evaluate.py",
+                image=images.processing_image(region, training.evaluate_instance_type, training.smp.version),
+                before=handler_copy[2] if handler_copy else "",
             ).run(
                 inputs=[
                     ProcessingInput(source=trained_weights, destination=f"{PROCESSING}/model", input_name="model"),
@@ -402,24 +443,49 @@ def finetune_definition(
                         input_name="test",
                     ),
                     code_input(),
+                    # An adapter is evaluated applied to the base it was trained on (evaluate.py --base_model_dir).
+                    *(
+                        [
+                            ProcessingInput(
+                                source=staged_uri(training.staged_weights),
+                                destination=f"{PROCESSING}/base",
+                                input_name="base",
+                            )
+                        ]
+                        if training.method != "full"
+                        else []
+                    ),
+                    *([handler_copy[0]] if handler_copy else []),
                 ],
                 outputs=[
                     ProcessingOutput(
                         output_name="evaluation",
                         source=f"{PROCESSING}/evaluation",
                         destination=per_run("DataBucket", layout.EVALUATION),
-                    )
+                    ),
+                    *([handler_copy[1]] if handler_copy else []),
                 ],
             ),
             property_files=[report],
         )
 
-        # The registered package is what an endpoint needs: the LMI image, the inference code, and the fine-tuned
-        # weights' location in the environment the handler reads.
+        # The registered package is the Model an endpoint runs (registration.py): the LMI image, the fine-tuned
+        # weights delivered by SageMaker, the engine's OPTION_* keys. An adapter's names its archive and its base.
+        env = (
+            dict(registered_environment)
+            if training.method == "full"
+            else registration.adapter_environment(
+                training,
+                serving,
+                trained_weights,
+                staged_commit(training.staged_weights),
+                staged_uri(training.staged_weights),
+            )
+        )
         model = Model(
             image_uri=serving_image,
-            model_data=s3("ArtifactsBucket", sub("InferenceCodeKey")),
-            env={"WEIGHTS_S3_URI": trained_weights, "TENSOR_PARALLEL_DEGREE": str(serving.tensor_parallel_degree)},
+            model_data=registration.model_data(training, trained_weights),
+            env=env,
             role=role_arn(),
             sagemaker_session=session,
         )
@@ -437,11 +503,14 @@ def finetune_definition(
                         s3_uri=per_run("DataBucket", layout.EVALUATION, "evaluation.json"),
                     )
                 ),
-                description=f"{training.model} fine-tuned with SMP v{training.smp.version}",
+                description=f"{training.model} fine-tuned with SMP v{training.smp.version}"
+                if training.method == "full"
+                else f"{training.method.upper()} adapter (r={training.lora.r}) for {training.model}",
                 # Which exact commit it was fine-tuned from, as the run read it.
                 customer_metadata_properties={
                     "PretrainedModel": training.staged_weights.hf_id,
                     "PretrainedCommit": staged_commit(training.staged_weights),
+                    **({"Method": training.method, "BaseModel": training.model} if training.method != "full" else {}),
                 },
             ),
         )
@@ -494,12 +563,22 @@ def staging_step_name(staged: StagedWeights, others: list[StagedWeights]) -> str
 
 
 @functools.cache
-def staging_definition(training: TrainingConfig, serving: ServingConfig, *, region: str, names: PipelineNames) -> str:
+@synth_cache.on_disk
+def staging_definition(
+    training: TrainingConfig,
+    serving: ServingConfig,
+    *,
+    region: str,
+    names: PipelineNames,
+    token_secret: str | None = None,
+) -> str:
     """The pipeline that copies each repository the stage reads into pretrained/<name>/<commit>/, so no training job
     or endpoint depends on a hub at run time. One step per repository and revision, run in parallel; the repository
     is fixed by the catalog and the revision by the config (a pinned commit, or main resolved when the step runs).
     The step writes to S3 itself, the record after the last file (a ProcessingOutput is uploaded when the job ends,
-    in no particular order, so it could not put the record last)."""
+    in no particular order, so it could not put the record last). The steps run with the staging role; a gated
+    repository's step is told the name of the secret holding the Hugging Face token (`token_secret`), which only
+    that role can read."""
     from sagemaker.workflow.pipeline import Pipeline
     from sagemaker.workflow.steps import ProcessingStep
 
@@ -522,6 +601,10 @@ def staging_definition(training: TrainingConfig, serving: ServingConfig, *, regi
                     "--deepspeed_dtype",
                     staged.deepspeed.dtype,
                 ]
+            if staged.gated:
+                if token_secret is None:
+                    raise ValueError(f"{staged.hf_id} is gated: its staging step needs a token secret")
+                arguments += ["--hf_token_secret", token_secret]
             step_args = processor(
                 session,
                 training,
@@ -529,7 +612,10 @@ def staging_definition(training: TrainingConfig, serving: ServingConfig, *, regi
                 name="stage-weights",
                 instance_type=training.processing_instance_type,
                 script="stage_model.py",
+                # The PyTorch 1.13.1 image whatever the SMP version: the one the staging role may pull (stage.py).
+                image=images.processing_image(region, training.processing_instance_type),
                 volume_size_gib=sizing.staging_volume_gib(model, staged),
+                role="StagingRoleName",
             ).run(inputs=[code_input()], arguments=arguments)
             name = staging_step_name(staged, [other for _, other in repositories])
             steps.append(ProcessingStep(name=name, step_args=step_args))

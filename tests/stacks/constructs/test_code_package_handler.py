@@ -242,3 +242,47 @@ def test_an_s3_failure_leaves_nothing_at_the_final_key_and_a_retry_succeeds(
     monkeypatch.setattr(handler.boto3, "client", real_client)  # S3 recovers; CloudFormation's retry succeeds
     result = handler.on_event(event("Create"))
     assert objects(s3) == [result["Data"]["Key"]]
+
+
+def folder_event(request: str = "Create", **overrides) -> dict:
+    props = {
+        "ServiceToken": "arn:aws:lambda:us-east-1:111111111111:function:framework",
+        "SourceBucket": ASSETS,
+        "SourceKey": "asset.zip",
+        "TargetUri": f"s3://{ARTIFACTS}/pretrained/gpt-j-6b/0123abc/",
+        "Subfolder": "inference/",
+        "RequiredFiles": ["model.py"],
+        **overrides,
+    }
+    return {"RequestType": request, "LogicalResourceId": "InferenceCode", "ResourceProperties": props}
+
+
+def test_a_handler_folder_is_published_as_plain_files_beside_the_weights_once(s3):
+    put_asset(s3, {"model.py": "def handle(inputs):\n    return None\n", "lmi_config.py": "X = 1\n"})
+    s3.put_object(Bucket=ARTIFACTS, Key="pretrained/gpt-j-6b/0123abc/config.json", Body=b"{}")  # the weights
+    first = handler.on_event(folder_event())
+    folder = f"pretrained/gpt-j-6b/0123abc/inference/{first['Data']['Sha256']}/"
+    assert first["PhysicalResourceId"] == first["Data"]["Uri"] == f"s3://{ARTIFACTS}/{folder}"
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket=ARTIFACTS)["Contents"]}
+    assert keys == {"pretrained/gpt-j-6b/0123abc/config.json", folder + "model.py", folder + "lmi_config.py"}
+    assert s3.get_object(Bucket=ARTIFACTS, Key=folder + "lmi_config.py")["Body"].read() == b"X = 1\n"
+    versions = {o["Key"]: o["LastModified"] for o in s3.list_objects_v2(Bucket=ARTIFACTS)["Contents"]}
+    again = handler.on_event(folder_event("Update"))
+    assert again == first  # same files, same folder; nothing written again
+    assert {o["Key"]: o["LastModified"] for o in s3.list_objects_v2(Bucket=ARTIFACTS)["Contents"]} == versions
+    handler.on_event({**folder_event("Delete"), "PhysicalResourceId": first["PhysicalResourceId"]})
+    assert {o["Key"] for o in s3.list_objects_v2(Bucket=ARTIFACTS)["Contents"]} == keys  # a Model may still name it
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"TargetUri": "s3://Bucket/prefix"}, r"TargetUri 's3://Bucket/prefix' is not an S3 prefix"),
+        ({"Subfolder": "../code/"}, r"Subfolder '\.\./code/' must be a relative folder"),
+        ({"ArchiveName": "model.tar.gz"}, r"TargetUri publishes plain files: ArchiveName"),
+    ],
+)
+def test_a_folder_target_that_is_not_a_prefix_inside_the_weights_is_refused(s3, overrides, message):
+    put_asset(s3, {"model.py": ""})
+    with pytest.raises(handler.PackagingError, match=message):
+        handler.on_event(folder_event(**overrides))

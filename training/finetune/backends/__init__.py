@@ -13,6 +13,10 @@ from .base import TrainingBackend
 def create_backend(
     name: str, hp: Hyperparameters, layout: ParallelLayout, precision: str, environ: Mapping[str, str]
 ) -> TrainingBackend:
+    if hp.method != "full":
+        from .lora import LoraBackend
+
+        return LoraBackend(hp, layout, precision, environ)
     if name == "smp_v1":
         from .smp_v1 import SmpV1Backend
 

@@ -1,0 +1,108 @@
+"""The fine-tuning pipeline of a LoRA / QLoRA stage: plain PyTorch in the SMP v2 image without SMP, the base's commit
+recorded with the adapter, evaluation over the base, and a model package that names its base."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+
+from stacks.catalog import images
+from stacks.config import TrainingConfig
+from stacks.config.served_adapters import ADAPTER_ARCHIVE
+from tests.stacks.test_training_pipeline import decoded, definition, staged_at, step
+from training.finetune.hyperparameters import HYPERPARAMETER_NAMES, parse_hyperparameters
+
+LLAMA_RECORD = staged_at("pretrained/llama-3.1-8b/", "pretrained/llama-3.1-8b/main.json")
+LLAMA_COMMIT = LLAMA_RECORD["Std:Join"]["Values"][1]
+
+
+def llama_lora(**fields) -> TrainingConfig:
+    return TrainingConfig.model_validate(
+        {
+            "model": "llama-3.1-8b",
+            "method": "lora",
+            "instance_type": "ml.g5.2xlarge",
+            "precision": "bf16",
+            "train_batch_size": 2,
+            "val_batch_size": 2,
+            **fields,
+        }
+    )
+
+
+@cache
+def lora_definition() -> dict:
+    return definition(llama_lora(lora={"r": 8, "alpha": 16, "target_modules": ["q_proj", "v_proj"]}))
+
+
+def test_one_gpu_trains_in_one_process_without_smp_in_the_smp_v2_image() -> None:
+    args = step(lora_definition(), "Train")["Arguments"]
+    assert args["AlgorithmSpecification"]["TrainingImage"] == images.training_image("us-east-1", 2)
+    hyperparameters = decoded(args["HyperParameters"])
+    assert not {"mp_parameters", "sagemaker_mpi_enabled", "sagemaker_torch_distributed_enabled"} & set(hyperparameters)
+    assert {name: hyperparameters[name] for name in ("backend", "method", "lora_r", "lora_alpha")} == {
+        "backend": "torch",
+        "method": "lora",
+        "lora_r": 8,
+        "lora_alpha": 16,
+    }
+    assert hyperparameters["lora_target_modules"] == "q_proj,v_proj"
+    assert hyperparameters["base_model_id"] == "meta-llama/Llama-3.1-8B"
+    # The commit the run reads from the staging record, JSON-quoted so the toolkit decodes it to the same string.
+    assert hyperparameters["base_model_revision"] == {"Std:Join": {"On": "", "Values": ['"', LLAMA_COMMIT, '"']}}
+
+
+def test_several_gpus_train_under_torchrun() -> None:
+    config = llama_lora(instance_type="ml.g5.12xlarge")
+    hyperparameters = decoded(step(definition(config), "Train")["Arguments"]["HyperParameters"])
+    assert hyperparameters["sagemaker_torch_distributed_enabled"] is True
+    assert "mp_parameters" not in hyperparameters and "sagemaker_mpi_enabled" not in hyperparameters
+
+
+def test_every_flag_of_an_adapter_stage_is_one_train_py_accepts() -> None:
+    hyperparameters = step(lora_definition(), "Train")["Arguments"]["HyperParameters"]
+    ours = {k for k in hyperparameters if not k.startswith("sagemaker_")}
+    assert ours <= set(HYPERPARAMETER_NAMES)
+    argv = []
+    for name in sorted(ours):
+        value = hyperparameters[name]
+        value = "100" if isinstance(value, dict) else str(json.loads(value))  # pipeline variables: a stand-in value
+        argv += [f"--{name}", value]
+    parsed, _ = parse_hyperparameters([*argv, "--pretrained_dir", "/opt/ml/input/data/model"], environ={})
+    assert parsed.method == "lora" and parsed.lora_r == 8 and parsed.bf16 is True
+
+
+def test_prepare_and_evaluate_run_in_the_training_image_and_evaluate_reads_the_base() -> None:
+    defn = lora_definition()
+    for name in ("PrepareData", "Evaluate"):
+        assert step(defn, name)["Arguments"]["AppSpecification"]["ImageUri"] == images.training_image("us-east-1", 2)
+    inputs = {i["InputName"]: i["S3Input"] for i in step(defn, "Evaluate")["Arguments"]["ProcessingInputs"]}
+    assert inputs["base"]["LocalPath"] == "/opt/ml/processing/base"  # evaluate.py's --base_model_dir default
+    assert inputs["base"]["S3Uri"] == LLAMA_RECORD
+    assert inputs["model"]["S3Uri"] == {"Get": "Steps.Train.ModelArtifacts.S3ModelArtifacts"}
+
+
+def test_the_registered_adapter_names_its_base_and_no_whole_model_weights() -> None:
+    register = step(lora_definition(), "Register-RegisterModel")["Arguments"]
+    (container,) = register["InferenceSpecification"]["Containers"]
+    # The package records the adapter archive its inference component loads (ArtifactUrl), not the stage's
+    # inference code, and nothing SageMaker would deliver as a whole model.
+    trained = {"Get": "Steps.Train.ModelArtifacts.S3ModelArtifacts"}
+    assert container["ModelDataUrl"] == {"Std:Join": {"On": "", "Values": [trained, ADAPTER_ARCHIVE]}}
+    assert "ModelDataSource" not in container
+    assert container["Environment"] == {
+        "ADAPTER_S3_URI": {"Get": "Steps.Train.ModelArtifacts.S3ModelArtifacts"},
+        "ADAPTER_METHOD": "lora",
+        "BASE_MODEL": "llama-3.1-8b",
+        "BASE_MODEL_ID": "meta-llama/Llama-3.1-8B",
+        "BASE_MODEL_COMMIT": LLAMA_COMMIT,
+        "BASE_WEIGHTS_S3_URI": LLAMA_RECORD,
+        "TENSOR_PARALLEL_DEGREE": "1",
+    }
+    assert register["CustomerMetadataProperties"] == {
+        "PretrainedModel": "meta-llama/Llama-3.1-8B",
+        "PretrainedCommit": LLAMA_COMMIT,
+        "Method": "lora",
+        "BaseModel": "llama-3.1-8b",
+    }
+    assert register["ModelPackageDescription"] == "LORA adapter (r=8) for llama-3.1-8b"
