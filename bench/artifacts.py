@@ -51,34 +51,14 @@ class ArtifactsResult:
 
 
 def _archive_definitions() -> list[tuple[str, str, Any, str]]:
-    """(name, source description, members factory, top-level directory) for each code archive."""
-    from stacks.config import load_config
+    """(name, source description, members factory, top-level directory) for each code archive. The inference handler
+    is no archive any more: it is written as plain files beside the served weights (stacks/code_archives.py)."""
     from stacks.constructs.code_package.runtime import deterministic_archive as archive
-    from stacks.serving_properties import render
-
-    config = load_config(REPO_ROOT / "config" / "default.yaml")
-    stage_name, stage = next(iter(config.stages.items()))
-    engine = stage.serving.engine
-    rendered = render(stage.serving, stage_name=stage_name)
 
     def training() -> list[Any]:
         return archive.members_from_directory(REPO_ROOT / "training")
 
-    def inference() -> list[Any]:
-        return archive.merge(
-            archive.members_from_directory(REPO_ROOT / "model_artifacts" / engine),
-            archive.members_from_text({"serving.properties": rendered}),
-        )
-
-    return [
-        ("training sourcedir.tar.gz", "training/", training, ""),
-        (
-            f"inference model.tar.gz ({engine})",
-            f"model_artifacts/{engine}/ + serving.properties rendered for stage {stage_name}",
-            inference,
-            "code",
-        ),
-    ]
+    return [("training sourcedir.tar.gz", "training/", training, "")]
 
 
 def build(members_factory: Any, top_level_dir: str) -> tuple[float, str, int, int, int]:

@@ -41,8 +41,9 @@ DEFAULT_CONFIG = REPO_ROOT / "config" / "default.yaml"
 CHECK_PHASE = "cdk-nag acknowledgements applied (compliance.check)"
 DEFINITIONS_PHASE_PREFIX = "SageMaker SDK:"
 
-# What definition.py imports lazily on its first call; imported up front here so that the SDK's import time and
-# the definitions' own time are told apart.
+# What definition.py imports lazily on its first call; imported up front here when the synth cache is off (with it
+# on, a synth whose results are cached never imports them), so that the SDK's import time and the definitions' own
+# time are told apart.
 SAGEMAKER_MODULES = (
     "sagemaker",
     "sagemaker.workflow.pipeline_context",
@@ -328,6 +329,8 @@ def _without_extra_packs() -> Callable[[], None]:
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "as-app": ("as app.py", {}),
     "no-validation": ("built-in template validation off (CDK_VALIDATION=false)", {"validation": False}),
+    "no-synth-cache": ("synth cache off (SYNTH_CACHE=off: the SageMaker SDK imported, its definitions and image "
+                       "lookups made)", {"environment": {"SYNTH_CACHE": "off"}}),
     "no-checks": ("no cdk-nag checks (stacks.compliance.check skipped: no acknowledgements, none of the 3 packs)",
                   {"check": lambda scope: None}),
     "aws-solutions-only": ("as app.py without the NIST 800-53 R5 and HIPAA Security packs",
@@ -339,7 +342,8 @@ def run(
     config_path: Path, *, variant: str, profile_path: Path | None, warm_rebuild: bool, outdir: Path | None = None
 ) -> dict[str, Any]:
     description, variant_options = VARIANTS[variant]
-    options = {key: value for key, value in variant_options.items() if key != "prepare"}
+    options = {key: value for key, value in variant_options.items() if key not in ("prepare", "environment")}
+    os.environ.update(variant_options.get("environment", {}))
     meter = JsiiMeter()
     timeline = Timeline(meter)
     profiler = cProfile.Profile() if profile_path else None
@@ -357,9 +361,12 @@ def run(
             import cdk_nag  # noqa: F401
         with timeline.phase("import app.py's modules (stacks.*, pydantic, PyYAML, aws_cdk submodules)"):
             import app  # noqa: F401
-        with timeline.phase("import the SageMaker SDK (done by the first pipeline definition)"):
-            for module in SAGEMAKER_MODULES:
-                importlib.import_module(module)
+        from stacks import synth_cache
+
+        if synth_cache.directory() is None:
+            with timeline.phase("import the SageMaker SDK (done by the first pipeline definition)"):
+                for module in SAGEMAKER_MODULES:
+                    importlib.import_module(module)
         _instrument_build(timeline)
         if "prepare" in variant_options:
             variant_options["prepare"]()

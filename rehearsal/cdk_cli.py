@@ -40,7 +40,6 @@ def environment(*, endpoint_url: str, region: str, work_dir: Path) -> dict[str, 
     inherited = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     return {
         **inherited,
-        "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
         "CDK_DISABLE_CLI_TELEMETRY": "true",
         "CDK_DISABLE_VERSION_CHECK": "1",
         "CDK_HOME": str(work_dir / "cdk-home"),

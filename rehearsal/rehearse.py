@@ -15,7 +15,6 @@ Prints PASS/FAIL per check and what moto does not emulate. Exit status: 0 all pa
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 import tempfile
@@ -323,9 +322,6 @@ def print_gaps(
 
 
 def main(argv: list[str] | None = None) -> int:
-    # As the Makefile exports it: the jsii runtime behind `import aws_cdk` (config validation) otherwise prints
-    # its Node 20 end-of-life banner when this process exits.
-    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
     args = parse_args(argv)
     work_dir = Path(tempfile.mkdtemp(prefix="rehearsal-"))
     report = Report()

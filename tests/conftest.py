@@ -8,8 +8,13 @@ from pathlib import Path
 
 import pytest
 
-# The same quiet, offline tooling settings the Makefile exports, for runs of pytest outside make.
-os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+# The same quiet, offline tooling settings the Makefile exports, for runs of pytest outside make: the project's
+# Node.js first on PATH (jsii's runtime starts `node` from it; the machine's own may be older than jsii supports).
+os.environ["PATH"] = os.pathsep.join(
+    dict.fromkeys(
+        [str(Path(__file__).resolve().parents[1] / "node_modules" / ".bin"), *os.environ["PATH"].split(os.pathsep)]
+    )
+)
 os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 # In-process synths skip the CDK's built-in template validation (1-2 s each); cfn-lint checks every template

@@ -112,7 +112,6 @@ def app_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """The Makefile's quiet, offline environment, with the CDK's template validation on (as the CLI runs it)."""
     return {
         **{k: v for k, v in os.environ.items() if k not in ("CDK_VALIDATION", "DEBUG")},
-        "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
         "CDK_DISABLE_CLI_TELEMETRY": "true",
         "CDK_DISABLE_VERSION_CHECK": "1",
         "CDK_HOME": str(tmp_path / ".cdk-home"),
@@ -224,7 +223,7 @@ def test_plan_lists_each_stage_with_its_stacks_and_resource_counts(assembly):
     assert "  endpoint: 2-6 x ml.g5.2xlarge (1 x A10G 24 GB), engine deepspeed" in plan
     assert "    model gpt-j-6b (6.1 B parameters) in fp16, tensor parallel 1, 1 copy per instance" in plan
     assert "    memory per GPU: 16.8 GiB of 21.6 GiB usable per GPU (weights 11.3 + KV cache 3.5 + runtime 2.0)" in plan
-    assert "    cost: $3.03/h at 2, $9.09/h at 6 (reference on-demand price)" in plan
+    assert "    cost: $3.03/h at 2 instance(s), $9.09/h at 6 (maximum) (reference on-demand price)" in plan
 
 
 def test_plan_shows_copies_per_instance_when_tensor_parallelism_leaves_gpus(tmp_path):

@@ -30,7 +30,6 @@ def test_environment_reaches_only_the_emulator(tmp_path, monkeypatch):
     # The Makefile's quiet, offline tooling settings, with the CLI's cache in the work directory.
     assert env["CDK_DISABLE_CLI_TELEMETRY"] == "true"
     assert env["CDK_DISABLE_VERSION_CHECK"] == "1"
-    assert env["JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION"] == "20"
     assert env["CDK_HOME"] == str(tmp_path / "cdk-home")
 
 

@@ -1,0 +1,166 @@
+"""`llmp status`: per stage, the stacks, the endpoint, the last pipeline runs and the models waiting for approval."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console, Group
+from rich.text import Text
+
+from cli import aws as aws_module
+from cli.aws import STACK_PARTS, Aws, Stage, WrongAccount
+from cli.errors import aws_errors
+from cli.options import AllStagesOption, ConfigOption, JsonOption, handled, load
+from cli.render import Output, key_value_table, styled, when
+
+RUNS_SHOWN = 3  # per pipeline
+PENDING_SHOWN = 10
+
+
+@handled
+def status(config: ConfigOption = None, stage: AllStagesOption = None, json_output: JsonOption = False) -> None:
+    """Every stage (or one): its stacks, the endpoint's state and instances, the last runs of its pipelines, and the
+    model versions waiting for approval."""
+    out = Output(json_mode=json_output)
+    platform, config_path = load(config)
+    aws = aws_module.connect()
+    found = []
+    for each in aws_module.stages(platform, config_path, stage):
+        try:
+            found.append(stage_status(aws, each))
+        except WrongAccount as error:
+            # One stage in another account does not hide the others; asked for by name, it is the answer.
+            if stage is not None:
+                raise
+            found.append({**_identity(each), "problem": str(error)})
+    out.result({"config": config_path, "stages": found}, lambda console: _draw(console, found))
+
+
+def _identity(stage: Stage) -> dict[str, Any]:
+    return {"stage": stage.name, "region": stage.region, "account": stage.account}
+
+
+def stage_status(aws: Aws, stage: Stage) -> dict[str, Any]:
+    account = aws.check_account(stage)
+    stacks = {part: aws.describe_stack(stage, part) for part in STACK_PARTS}
+    result: dict[str, Any] = {
+        **_identity(stage),
+        "account": account,
+        "stacks": {stage.stack_name(p): s["StackStatus"] if s else None for p, s in stacks.items()},
+        "endpoint": None,
+        "pipelines": {},
+        "pending_approval": [],
+        "problem": None,
+    }
+    outputs = {part: _outputs(stack) for part, stack in stacks.items()}
+    sagemaker = aws.client("sagemaker", stage.region)
+    with aws_errors():
+        if endpoint := outputs["serving"].get("EndpointName"):
+            result["endpoint"] = _endpoint(sagemaker, endpoint)
+        for kind, key in (("finetune", "FinetunePipelineName"), ("staging", "StagingPipelineName")):
+            if name := outputs["training"].get(key):
+                result["pipelines"][kind] = {"name": name, "runs": _runs(sagemaker, name)}
+        if group := outputs["training"].get("ModelPackageGroupName"):
+            result["pending_approval"] = _pending(sagemaker, group)
+    return result
+
+
+def _outputs(stack: dict | None) -> dict[str, str]:
+    return {o["OutputKey"]: o["OutputValue"] for o in (stack or {}).get("Outputs", [])}
+
+
+def _endpoint(sagemaker: Any, name: str) -> dict[str, Any]:
+    try:
+        endpoint = sagemaker.describe_endpoint(EndpointName=name)
+    except sagemaker.exceptions.ClientError as error:
+        # DescribeEndpoint answers a missing endpoint with ValidationError "Could not find endpoint ...".
+        if "Could not find" in error.response.get("Error", {}).get("Message", ""):
+            return {"name": name, "status": None, "instances": 0, "desired_instances": 0, "failure": None}
+        raise
+    variants = endpoint.get("ProductionVariants", [])
+    return {
+        "name": name,
+        "status": endpoint["EndpointStatus"],
+        "instances": sum(v.get("CurrentInstanceCount", 0) for v in variants),
+        "desired_instances": sum(v.get("DesiredInstanceCount", 0) for v in variants),
+        "failure": endpoint.get("FailureReason"),
+    }
+
+
+def _runs(sagemaker: Any, pipeline: str) -> list[dict[str, Any]]:
+    summaries = sagemaker.list_pipeline_executions(
+        PipelineName=pipeline, SortBy="CreationTime", SortOrder="Descending", MaxResults=RUNS_SHOWN
+    )["PipelineExecutionSummaries"]
+    return [
+        {
+            "arn": run["PipelineExecutionArn"],
+            "name": run.get("PipelineExecutionDisplayName"),
+            "status": run.get("PipelineExecutionStatus"),
+            "started": run.get("StartTime"),
+            "failure": run.get("PipelineExecutionFailureReason") or None,
+        }
+        for run in summaries[:RUNS_SHOWN]
+    ]
+
+
+def _pending(sagemaker: Any, group: str) -> list[dict[str, Any]]:
+    packages = sagemaker.list_model_packages(
+        ModelPackageGroupName=group,
+        ModelApprovalStatus="PendingManualApproval",
+        SortBy="CreationTime",
+        SortOrder="Descending",
+        MaxResults=PENDING_SHOWN,
+    )["ModelPackageSummaryList"]
+    return [
+        {
+            "arn": p["ModelPackageArn"],
+            "version": p.get("ModelPackageVersion"),
+            "created": p.get("CreationTime"),
+            "description": p.get("ModelPackageDescription"),
+        }
+        for p in packages
+    ]
+
+
+def _draw(console: Console, stages: list[dict[str, Any]]) -> None:
+    for index, found in enumerate(stages):
+        if index:
+            console.print()
+        header = f"[bold]{found['stage']}[/]  {found['region']}, account {found['account'] or '-'}"
+        if found["problem"]:
+            console.print(Group(Text.from_markup(header), Text(f"  {found['problem']}")))
+            continue
+        # <project>-<stage>-storage -> storage: the stage is in the header, the full names in --json.
+        prefix = f"{found['stage']}-"
+        stacks = " · ".join(f"{n.rpartition(prefix)[2]} {styled(s)}" for n, s in found["stacks"].items())
+        rows = [("stacks", stacks)]
+        endpoint = found["endpoint"]
+        if endpoint is None:
+            rows.append(("endpoint", styled(None)))
+        else:
+            count = endpoint["instances"]
+            state = f"{endpoint['name']} {styled(endpoint['status'] or 'not found')}"
+            state += f", {count} instance{'s' if count != 1 else ''}"
+            if endpoint["desired_instances"] != count:
+                state += f" (scaling to {endpoint['desired_instances']})"
+            if endpoint["failure"]:
+                state += f": {endpoint['failure']}"
+            rows.append(("endpoint", state))
+        for kind, title in (("finetune", "fine-tuning"), ("staging", "weights staging")):
+            pipeline = found["pipelines"].get(kind)
+            if pipeline is None:
+                rows.append((title, styled(None)))
+                continue
+            runs = "; ".join(f"{styled(r['status'])} {when(r['started'])} ({r['name']})" for r in pipeline["runs"])
+            rows.append((title, f"{pipeline['name']}: {runs or 'never run'}"))
+        pending = found["pending_approval"]
+        rows.append(
+            (
+                "awaiting approval",
+                ", ".join(f"version {p['version']} ({when(p['created'])})" for p in pending) or "none",
+            )
+        )
+        console.print(header)
+        console.print(key_value_table(rows))
+        if pending:
+            console.print(f"  approve: llmp approve {pending[0]['version']} --stage {found['stage']}  (or reject)")
