@@ -17,7 +17,7 @@ from constructs import Construct
 from stacks import code_archives
 from stacks.catalog.models import StagedWeights
 from stacks.config import ServingConfig
-from stacks.constructs import inference_components
+from stacks.constructs import inference_components, package_lookup
 from stacks.constructs.adapter_components import AdapterComponents, adapter_names
 from stacks.constructs.execution_role import vpc_access_policy
 from stacks.constructs.lmi_endpoint import LmiEndpoint
@@ -218,47 +218,20 @@ class ServingStack(Stack):
             # release (every pipeline execution) looks again; a deploy by hand keeps what it found unless RELEASE
             # is given.
             group = weights.model_package_group or default_group
-            latest = cr.AwsCustomResource(
-                scope,
-                "LatestApprovedModelPackage",
-                on_update=cr.AwsSdkCall(
-                    service="SageMaker",
-                    action="listModelPackages",
-                    parameters={
-                        "ModelPackageGroupName": group,
-                        "ModelApprovalStatus": "Approved",
-                        "SortBy": "CreationTime",
-                        "SortOrder": "Descending",
-                        "MaxResults": 1,
-                    },
-                    physical_resource_id=cr.PhysicalResourceId.of(f"{group}@{release or 'manual'}"),
-                    output_paths=["ModelPackageSummaryList.0.ModelPackageArn"],
-                ),
-                policy=cr.AwsCustomResourcePolicy.from_statements(
-                    [iam.PolicyStatement(actions=["sagemaker:ListModelPackages"], resources=["*"])]
-                ),
-                install_latest_aws_sdk=False,
-                log_group=lookup_logs,
+            latest = package_lookup.newest_approved(
+                scope, "LatestApprovedModelPackage", group=group, release=release, log_group=lookup_logs
             )
-            package_arn = latest.get_response_field("ModelPackageSummaryList.0.ModelPackageArn")
-            package_resources = [self._package_versions_arn(group)]
+            package_arn = latest.get_response_field(package_lookup.NEWEST_ARN)
+            package_resources = [package_lookup.versions_arn(self, group)]
         else:
             latest = None
             package_arn, package_resources = weights.model_package_arn, [weights.model_package_arn]
-        describe = cr.AwsCustomResource(
+        describe = package_lookup.described(
             scope,
             WEIGHTS_LOOKUP,
-            on_update=cr.AwsSdkCall(
-                service="SageMaker",
-                action="describeModelPackage",
-                parameters={"ModelPackageName": package_arn},
-                physical_resource_id=cr.PhysicalResourceId.of(package_arn),
-                output_paths=[PACKAGE_WEIGHTS],
-            ),
-            policy=cr.AwsCustomResourcePolicy.from_statements(
-                [iam.PolicyStatement(actions=["sagemaker:DescribeModelPackage"], resources=package_resources)]
-            ),
-            install_latest_aws_sdk=False,
+            package_arn=package_arn,
+            readable=package_resources,
+            output_path=PACKAGE_WEIGHTS,
             log_group=lookup_logs,
         )
         self._suppress_lookup_findings(*(c for c in (describe, latest) if c is not None))
@@ -354,9 +327,6 @@ class ServingStack(Stack):
             )
         )
         return CfnOutput(self, "SmokeTestRoleArn", value=role.role_arn)
-
-    def _package_versions_arn(self, group: str) -> str:
-        return self.format_arn(service="sagemaker", resource="model-package", resource_name=f"{group}/*")
 
     def _suppress_lookup_findings(self, *lookups: cr.AwsCustomResource) -> None:
         # The CDK runs every AwsCustomResource of a stack through one singleton function at the stack's top.

@@ -25,6 +25,7 @@ from constructs import Construct
 
 from stacks.config import ServingConfig
 from stacks.config.served_adapters import ADAPTER_ARCHIVE, AdapterConfig
+from stacks.constructs import package_lookup
 from stacks.constructs.inference_components import component_name, construct_id
 
 # Where a LoRA package (training_pipeline/definition.py, Register) keeps the adapter folder; the archive is in it.
@@ -120,47 +121,20 @@ class AdapterComponents(Construct):
             return weights.s3_uri
         if weights.source == "latest_approved":
             group = weights.model_package_group or self._group
-            latest = cr.AwsCustomResource(
-                where,
-                "LatestApprovedAdapter",
-                on_update=cr.AwsSdkCall(
-                    service="SageMaker",
-                    action="listModelPackages",
-                    parameters={
-                        "ModelPackageGroupName": group,
-                        "ModelApprovalStatus": "Approved",
-                        "SortBy": "CreationTime",
-                        "SortOrder": "Descending",
-                        "MaxResults": 1,
-                    },
-                    physical_resource_id=cr.PhysicalResourceId.of(f"{group}@{self._release or 'manual'}"),
-                    output_paths=["ModelPackageSummaryList.0.ModelPackageArn"],
-                ),
-                policy=cr.AwsCustomResourcePolicy.from_statements(
-                    [iam.PolicyStatement(actions=["sagemaker:ListModelPackages"], resources=["*"])]
-                ),
-                install_latest_aws_sdk=False,
-                log_group=self._logs(),
+            latest = package_lookup.newest_approved(
+                where, "LatestApprovedAdapter", group=group, release=self._release, log_group=self._logs()
             )
             self.lookups.append(latest)
-            package = latest.get_response_field("ModelPackageSummaryList.0.ModelPackageArn")
-            resources = [stack.format_arn(service="sagemaker", resource="model-package", resource_name=f"{group}/*")]
+            package = latest.get_response_field(package_lookup.NEWEST_ARN)
+            resources = [package_lookup.versions_arn(where, group)]
         else:
             package, resources = weights.model_package_arn, [weights.model_package_arn]
-        describe = cr.AwsCustomResource(
+        describe = package_lookup.described(
             where,
             "AdapterLookup",
-            on_update=cr.AwsSdkCall(
-                service="SageMaker",
-                action="describeModelPackage",
-                parameters={"ModelPackageName": package},
-                physical_resource_id=cr.PhysicalResourceId.of(package),
-                output_paths=[ADAPTER_LOCATION],
-            ),
-            policy=cr.AwsCustomResourcePolicy.from_statements(
-                [iam.PolicyStatement(actions=["sagemaker:DescribeModelPackage"], resources=resources)]
-            ),
-            install_latest_aws_sdk=False,
+            package_arn=package,
+            readable=resources,
+            output_path=ADAPTER_LOCATION,
             log_group=self._logs(),
         )
         self.lookups.append(describe)
