@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
-from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_sagemaker as sagemaker
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from stacks.config import ServingConfig
 from stacks.config import components as component_config
+from stacks.constructs.alarms import alarms_above
 from stacks.constructs.endpoint_scaling import ComponentScaling
 
 COMPONENT_METRICS = "/aws/sagemaker/InferenceComponents"
@@ -179,22 +179,7 @@ class InferenceComponents(Construct):
                 "GPU memory utilization of a copy's GPUs, percent",
             ),
         ]
-        alarms = []
-        for alarm_id, metric, threshold, what in specs:
-            alarm = cloudwatch.Alarm(
-                scope,
-                alarm_id,
-                alarm_description=f"{name}: {what} above {threshold:g}",
-                metric=metric,
-                threshold=threshold,
-                evaluation_periods=3,
-                datapoints_to_alarm=2,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-            )
-            alarm.add_alarm_action(cw_actions.SnsAction(topic))
-            alarms.append(alarm)
-        return alarms
+        return alarms_above(scope, name, specs, topic)
 
     def widgets(self) -> list[cloudwatch.IWidget]:
         """One dashboard row per component: latency, requests and copies' load, errors and requests that found no

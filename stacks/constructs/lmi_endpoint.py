@@ -17,7 +17,6 @@ from typing import Protocol
 
 from aws_cdk import ArnFormat, Duration, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
-from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
@@ -30,6 +29,7 @@ from stacks import layout, serving_properties
 from stacks.config import ServingConfig
 from stacks.config import components as component_config
 from stacks.constructs import endpoint_scaling, inference_components, key_policy
+from stacks.constructs.alarms import alarms_above
 
 VARIANT = "AllTraffic"
 # Where SageMaker puts the files of the Model's ModelDataSource before the container starts (S3ModelDataSource: each
@@ -361,24 +361,8 @@ class LmiEndpoint(Construct):
                 "disk utilization of an instance, percent",
             ),
         ]
-        alarms = []
-        for name, metric, threshold, what in specs:
-            if only is not None and name not in only:
-                continue
-            alarm = cloudwatch.Alarm(
-                self,
-                name,
-                alarm_description=f"{self.endpoint_name}: {what} above {threshold:g}",
-                metric=metric,
-                threshold=threshold,
-                evaluation_periods=3,
-                datapoints_to_alarm=2,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-            )
-            alarm.add_alarm_action(cw_actions.SnsAction(self.topic))
-            alarms.append(alarm)
-        return alarms
+        chosen = [spec for spec in specs if only is None or spec[0] in only]
+        return alarms_above(self, self.endpoint_name, chosen, self.topic)
 
     def _dashboard(self) -> cloudwatch.Dashboard:
         instance = "/aws/sagemaker/Endpoints"
