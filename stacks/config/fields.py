@@ -142,6 +142,11 @@ def _check_tag_value(value: str) -> str:
     return value
 
 
+# SageMaker's own patterns for a model package version's ARN and a model package group's name (botocore's
+# ModelPackageArn, EntityName): one home for every config field that names a registered package.
+MODEL_PACKAGE_ARN_PATTERN = r"^arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:model-package/[A-Za-z0-9-]{1,63}/\d+$"
+MODEL_PACKAGE_GROUP_PATTERN = r"^[A-Za-z0-9](-*[A-Za-z0-9]){0,62}$"
+
 AccountId = Annotated[str, BeforeValidator(_check_account)]
 Region = Annotated[str, AfterValidator(_check_region)]
 InstanceTypeName = Annotated[str, AfterValidator(_check_instance_type)]

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import Field, StringConstraints, model_validator
 
 from stacks import sizing
-from stacks.config.fields import _Strict
+from stacks.config.fields import MODEL_PACKAGE_ARN_PATTERN, MODEL_PACKAGE_GROUP_PATTERN, _Strict
 from training.finetune.adapters import ADAPTER_ARCHIVE_FILE, LORA_TARGETS, resolve_target_modules
 
 if TYPE_CHECKING:
@@ -70,12 +70,12 @@ class AdapterWeightsConfig(_Strict):
     )
     model_package_arn: str | None = Field(
         default=None,
-        pattern=r"^arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:model-package/[A-Za-z0-9-]{1,63}/\d+$",
+        pattern=MODEL_PACKAGE_ARN_PATTERN,
         description="for source 'model_package': an adapter package registered by a LoRA fine-tuning pipeline",
     )
     model_package_group: str | None = Field(
         default=None,
-        pattern=r"^[A-Za-z0-9](-*[A-Za-z0-9]){0,62}$",
+        pattern=MODEL_PACKAGE_GROUP_PATTERN,
         description="for source 'latest_approved': a model package group of adapter packages, in the stage's account "
         "and region; default the stage's own",
     )

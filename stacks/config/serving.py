@@ -19,7 +19,14 @@ from stacks.catalog.models import (
 )
 from stacks.config import components, served_adapters
 from stacks.config.components import AutoscalingConfig, ComponentConfig
-from stacks.config.fields import InstanceTypeName, ModelName, VpcConfig, _Strict
+from stacks.config.fields import (
+    MODEL_PACKAGE_ARN_PATTERN,
+    MODEL_PACKAGE_GROUP_PATTERN,
+    InstanceTypeName,
+    ModelName,
+    VpcConfig,
+    _Strict,
+)
 
 S3Prefix = Annotated[str, StringConstraints(pattern=r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]/(.+/)?$")]
 # SageMaker's limits on these (and every other value that reaches an API) are checked by stacks/api_limits.py.
@@ -40,12 +47,12 @@ class WeightsConfig(_Strict):
     s3_uri: S3Prefix | None = Field(default=None, description="for source 's3': s3://bucket/prefix/ of an HF folder")
     model_package_arn: str | None = Field(
         default=None,
-        pattern=r"^arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:model-package/[A-Za-z0-9-]{1,63}/\d+$",
+        pattern=MODEL_PACKAGE_ARN_PATTERN,
         description="for source 'model_package': arn:aws:sagemaker:<region>:<account>:model-package/<group>/<version>",
     )
     model_package_group: str | None = Field(
         default=None,
-        pattern=r"^[A-Za-z0-9](-*[A-Za-z0-9]){0,62}$",
+        pattern=MODEL_PACKAGE_GROUP_PATTERN,
         description="for source 'latest_approved': a model package group of the stage's account and region",
     )
     checkpoint: str | None = Field(
