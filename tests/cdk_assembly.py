@@ -11,6 +11,45 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 
 
+class ReadOnlyDict(dict):
+    """A template's mapping that refuses changes: session fixtures share one assembly among many tests, so a test
+    that edited what it read would change what the tests after it see (and only when they share its worker)."""
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("assembly templates are shared by every test: copy before changing (copy.deepcopy)")
+
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse
+
+    def __copy__(self) -> dict:
+        return dict(self)
+
+    def __deepcopy__(self, memo: dict) -> dict:
+        return json.loads(json.dumps(self))
+
+
+class ReadOnlyList(list):
+    """A template's list that refuses changes (see ReadOnlyDict)."""
+
+    _refuse = ReadOnlyDict._refuse
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = append = extend = insert = pop = remove = clear = _refuse
+    sort = reverse = _refuse
+
+    def __copy__(self) -> list:
+        return list(self)
+
+    def __deepcopy__(self, memo: dict) -> list:
+        return json.loads(json.dumps(self))
+
+
+def read_only(value: Any) -> Any:
+    """Parsed JSON as ReadOnlyDict/ReadOnlyList values: equal to plain dicts and lists, and serialized alike."""
+    if isinstance(value, dict):
+        return ReadOnlyDict((k, read_only(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return ReadOnlyList(read_only(v) for v in value)
+    return value
+
+
 @dataclass
 class Assembly:
     """A synthesized cloud assembly: templates and construct metadata by stage and stack id."""
@@ -74,10 +113,10 @@ def read_assembly(outdir: Path, error: str | None = None) -> Assembly:
             if artifact["type"] != "aws:cloudformation:stack":
                 continue
             stack_id = artifact["displayName"].split("/")[-1]
-            templates.setdefault(stage, {})[stack_id] = json.loads(
-                (stage_dir / artifact["properties"]["templateFile"]).read_text()
+            templates.setdefault(stage, {})[stack_id] = read_only(
+                json.loads((stage_dir / artifact["properties"]["templateFile"]).read_text())
             )
-            metadata.setdefault(stage, {})[stack_id] = artifact.get("metadata", {})
+            metadata.setdefault(stage, {})[stack_id] = read_only(artifact.get("metadata", {}))
     return Assembly(outdir, templates, metadata, error)
 
 

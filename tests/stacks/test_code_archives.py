@@ -48,7 +48,7 @@ def test_serving_stack_writes_the_handler_into_the_served_weights_prefix_without
     assert "ArchiveName" not in inference and "RenderedFiles" not in inference  # plain files, no archive
     assert "model.py" in inference["RequiredFiles"]
     # serving.properties stays out of the folder: its keys are the Model's OPTION_* environment.
-    environment = model["Properties"]["PrimaryContainer"]["Environment"]
+    environment = dict(model["Properties"]["PrimaryContainer"]["Environment"])
     serving = load_config(REPO / "config" / "default.yaml").stages[stage].serving
     entry_point = environment.pop("OPTION_ENTRYPOINT")
     assert environment == {k: v for k, v in environment_of(serving).items() if k != "OPTION_ENTRYPOINT"}

@@ -29,3 +29,19 @@ def test_template_matches_snapshot(assembly, snapshot_json, stage, stack):
 
 def test_every_synthesized_stack_has_a_snapshot(assembly):
     assert sorted((stage, stack) for stage, stacks in assembly.templates.items() for stack in stacks) == sorted(STACKS)
+
+
+def test_the_shared_assembly_refuses_changes(assembly):
+    # Every test in a worker reads the same templates: one that edited them would fail the snapshots, but only in
+    # runs where it shared their worker and ran first.
+    model = next(iter(assembly.resources("dev", "Serving", "AWS::SageMaker::Model").values()))
+    environment = model["Properties"]["PrimaryContainer"]["Environment"]
+    with pytest.raises(TypeError, match="copy before changing"):
+        environment.pop("OPTION_ENTRYPOINT")
+    with pytest.raises(TypeError, match="copy before changing"):
+        assembly.template("dev", "Serving")["Resources"].clear()
+    with pytest.raises(TypeError, match="copy before changing"):
+        model["Properties"]["Tags"].append({"Key": "k", "Value": "v"})
+    with pytest.raises(TypeError, match="copy before changing"):
+        assembly.metadata["dev"]["Serving"].update(x=[])
+    assert "OPTION_ENTRYPOINT" in environment
