@@ -22,6 +22,7 @@ from stacks.config import (
     ServingConfig,
     StageConfig,
     TrainingConfig,
+    adapters,
     components,
     load_config,
     served_adapters,
@@ -261,10 +262,16 @@ def describe_training(training: TrainingConfig) -> list[str]:
         )
     if training.method != "full":
         lora = training.lora
+        shards = adapters.shard_degree(training)
+        parallel = (
+            f"over a base sharded {shards} ways (SMP v2, FSDP) x {training.world_size // shards} "
+            f"{'copy' if training.world_size == shards else 'copies'}"
+            if training.shards_base
+            else f"PyTorch DDP x {training.data_parallel_degree}, no SMP"
+        )
         layout = (
             f"{training.method.upper()} adapters (r {lora.r}, alpha {lora.alpha}, "
-            f"{', '.join(lora.target_modules) if lora.target_modules else 'attention and MLP projections'}), "
-            f"PyTorch DDP x {training.data_parallel_degree}, no SMP"
+            f"{', '.join(lora.target_modules) if lora.target_modules else 'attention and MLP projections'}), {parallel}"
         )
     return [
         f"  training: {training.instance_count} x {training.instance_type} ({instance.gpus}), "

@@ -35,7 +35,10 @@ def smp_parameters(training: TrainingConfig) -> dict[str, Any]:
     """The `smdistributed.modelparallel.parameters` of the estimator's distribution (SMP v1 or v2 keys)."""
     smp = training.smp
     if smp.version == 2:
+        # The SMP v2 reference's keys: without tensor_parallel_degree the job runs without the tensor parallelism
+        # the config was sized and checked for (SMP's default is 1).
         return {
+            "tensor_parallel_degree": smp.tensor_parallel_degree,
             "hybrid_shard_degree": smp.hybrid_shard_degree,
             "sm_activation_offloading": smp.offload_activations,
             "activation_loading_horizon": smp.activation_loading_horizon,
@@ -103,8 +106,9 @@ def hyperparameters(
 
 
 def backend_name(training: TrainingConfig) -> str:
-    """train.py's --backend: SMP for full fine-tuning, plain PyTorch (DDP) under the adapters."""
-    return f"smp_v{training.smp.version}" if training.method == "full" else "torch"
+    """train.py's --backend: SMP for full fine-tuning and for adapters over a sharded base, plain PyTorch (DDP) under
+    the other adapters."""
+    return "torch" if training.method != "full" and not training.shards_base else f"smp_v{training.smp.version}"
 
 
 def check_with_train_py(training: TrainingConfig) -> None:
@@ -132,7 +136,7 @@ def check_with_train_py(training: TrainingConfig) -> None:
     backend = backend_name(training)
     try:
         hp, _ = parse_hyperparameters(argv, environ={})
-        layout = parse_layout(smp_parameters(training) if training.method == "full" else {})
+        layout = parse_layout(smp_parameters(training) if backend != "torch" else {})
         check_layout(hp, layout, backend, training.world_size)
         check_model_for_layout(training.catalog_model.architecture, layout, backend)
         python = _python_version(training_framework(training.smp.version)[1])

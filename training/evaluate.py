@@ -6,7 +6,8 @@ validation blocks, written as SageMaker model-quality JSON so a JsonGet on `metr
 The model folder is the training job's output: an HF folder, or one holding the `model.tar.gz` SageMaker packs
 SM_MODEL_DIR into (extracted first). A LoRA / QLoRA job's output is an adapter folder (adapter_config.json): it is
 applied through PEFT to the base model in --base_model_dir (the staged weights it was trained on; 4-bit again for a
-QLoRA adapter, as it was trained). Uses the same token-weighted loss as train.py's validation.
+QLoRA adapter, as it was trained). A base that does not fit one GPU is spread over all the GPUs of the instance
+(finetune/placement.py). Uses the same token-weighted loss as train.py's validation.
 
   python evaluate.py                                     # SageMaker Processing: /opt/ml/processing/... defaults
   python evaluate.py --model_dir out/model --validation_dir data/validation --output_dir out/evaluation
@@ -81,7 +82,7 @@ def locate_model(model_dir: Path, scratch: Path) -> Path:
     return model_dir
 
 
-def _load_model(model_dir: Path, base_model_dir: str | None, device: Any) -> Any:
+def _load_model(model_dir: Path, base_model_dir: str | None, device: Any, memory: dict[Any, int] | None) -> Any:
     import torch
     from finetune.modeling import load_hf_model
 
@@ -90,26 +91,46 @@ def _load_model(model_dir: Path, base_model_dir: str | None, device: Any) -> Any
     else:
         from finetune.backends.lora import load_adapter_model
 
-        model = load_adapter_model(model_dir, base_model_dir, device)
-    if device.type == "cpu" and model.dtype in (torch.float16, torch.bfloat16):
+        model = load_adapter_model(model_dir, base_model_dir, device, memory)
+    if _placed(model) is None and device.type == "cpu" and model.dtype in (torch.float16, torch.bfloat16):
         model = model.float()  # half-precision matmuls are slow or missing on CPU
     return model
 
 
+def _placed(model: Any) -> dict[str, Any] | None:
+    """Where accelerate put the parts of a model as it loaded (spread over GPUs; a 4-bit model on its GPU), or None
+    for a model loaded whole on the CPU."""
+    return getattr(model, "hf_device_map", None)  # a PeftModel answers for its base model
+
+
 def evaluate(
-    model_dir: Path, validation_dir: str, batch_size: int, base_model_dir: str | None = None
+    model_dir: Path,
+    validation_dir: str,
+    batch_size: int,
+    base_model_dir: str | None = None,
+    memory: dict[Any, int] | None = None,
 ) -> dict[str, Any]:
+    """`memory`: the bytes each device may hold of the model (finetune/placement.py); by default each GPU's free
+    memory less the runtime reserve, and none on a machine without GPUs (the model whole on the CPU)."""
     import torch
+    from finetune.placement import device_summary, gpu_memory, input_device
 
     blocks = read_blocks(validation_dir, "validation")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model = _load_model(model_dir, base_model_dir, device)
-    if not getattr(model, "is_loaded_in_4bit", False):  # a 4-bit model is placed on its GPU as it loads
+    if memory is None and device.type == "cuda":
+        memory = gpu_memory()
+    model = _load_model(model_dir, base_model_dir, device, memory)
+    placement = _placed(model)
+    # A model accelerate placed stays where it is: spread over GPUs, its hooks move the activations from one to the
+    # next; a 4-bit model is placed on its GPU as it loads.
+    if placement is None and not getattr(model, "is_loaded_in_4bit", False):
         model = model.to(device)
     model = model.eval()
+    inputs_on = device if placement is None else input_device(model)
+    print(device_summary(placement, device), flush=True)
 
     def mean_loss(batch: torch.Tensor) -> torch.Tensor:
-        batch = batch.to(device)
+        batch = batch.to(inputs_on)
         return model(input_ids=batch, attention_mask=torch.ones_like(batch), labels=batch)["loss"].float()
 
     batches = (blocks[start : start + batch_size] for start in range(0, blocks.shape[0], batch_size))

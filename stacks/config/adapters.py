@@ -1,34 +1,50 @@
 """Training with LoRA / QLoRA adapters: the `training.lora` settings, and the checks and memory estimates of a stage
 whose `training.method` is lora or qlora.
 
-How such a job runs (training/finetune/backends/lora.py): train.py with PEFT on plain PyTorch, one process per GPU
-under torchrun (DDP), in the SMP v2 image (PyTorch 2.4.1, Python 3.11, whose lock lines pin transformers 4.46.3,
-peft and bitsandbytes) without SMP itself; the prepare and evaluate steps run in the same image, since the current
-models' tokenizers and configs need that transformers. So the stage's `smp` section does not apply and is refused,
-and the config is given SMP v2's image line (smp.version 2) for the image lookups, region checks and IAM.
+How such a job runs, in the SMP v2 image (PyTorch 2.4.1, Python 3.11, whose lock lines pin transformers 4.46.3, peft
+and bitsandbytes; the prepare and evaluate steps run in the same image, since the current models' tokenizers and
+configs need that transformers), in one of two ways:
+- Without `training.smp` (DDP): train.py with PEFT on plain PyTorch, one process per GPU under torchrun, every GPU
+  holding the whole frozen base (training/finetune/backends/lora.py). The config is given SMP v2's image line
+  (smp.version 2) for the image lookups, region checks and IAM, with hybrid_shard_degree 1 (the base sharded over
+  one GPU: whole on each), which is what tells the two ways apart (`TrainingConfig.shards_base`).
+- With `training.smp: {version: 2, hybrid_shard_degree: N}` (method lora only): launched like an SMP v2 full
+  fine-tuning job (torch_distributed and SMP v2's mp_parameters), train.py trains the adapters over a frozen base
+  that FSDP shards over N GPUs (0: all of them), following AWS's SMP v2 fine-tuning recipe: rank 0 alone reads the
+  pretrained weights, the others build the model on the meta device and receive their shards from it
+  (sync_module_states). Tensor parallelism is refused: SMP v2's replaces the attention and MLP modules the adapters
+  attach to. QLoRA is refused: bitsandbytes' 4-bit weights are not sharded by FSDP in this stack.
 
-Memory per GPU (DDP keeps a whole copy of the frozen base on every GPU):
-    base weights  = parameters x 2 bytes (bf16/fp16; 4 in fp32); QLoRA: the linear layers in 4-bit NF4 with double
-                    quantization (4.127 bits per weight, the QLoRA paper), while the token embedding and the LM head
-                    stay unquantized and PEFT's prepare_model_for_kbit_training casts them to fp32 (4 bytes)
+Memory per GPU, with D the GPUs the base is sharded over (DDP: 1; FSDP: hybrid_shard_degree, or the world size when 0):
+    base weights  = parameters x 2 bytes (bf16/fp16; 4 in fp32) / D; QLoRA (DDP only): the linear layers in 4-bit
+                    NF4 with double quantization (4.127 bits per weight, the QLoRA paper), while the token embedding
+                    and the LM head stay unquantized and PEFT's prepare_model_for_kbit_training casts them to fp32
+    gathered      = FSDP only (D > 1): the units it holds whole while a step runs, in the training dtype: two
+                    transformer layers (the one computing and the next, prefetched) and the root unit, the token
+                    embedding and LM head, which FSDP keeps gathered from the forward pass through the backward
     adapters      = r x (inputs + outputs) of each adapted projection, in every layer, x 16 bytes (fp32 weights,
-                    gradients and two Adam moments)
+                    gradients and two Adam moments) / D
     activations   = sizing's checkpointed per-layer estimate, plus the logits: sequence x batch x vocabulary x 10 bytes
                     (half-precision logits, their fp32 copy for the loss, and its gradient), which dominates with
                     128K-152K vocabularies
     runtime       = sizing.RUNTIME_OVERHEAD_GIB
-Host memory while loading: each process reads the weights straight into the training dtype (from_pretrained with
-low_cpu_mem_usage): one bf16 copy per process at most; QLoRA quantizes shard by shard onto the GPU.
+Host memory while loading: DDP: each process reads the weights straight into the training dtype (from_pretrained
+with low_cpu_mem_usage): one bf16 copy per process at most; QLoRA quantizes shard by shard onto the GPU. FSDP: rank 0
+alone holds one copy in the training dtype, on the first instance; every process adds its own overhead.
+The Evaluate step holds the base (bf16; QLoRA: 4-bit) and the adapter on one GPU of evaluate_instance_type, or a
+bf16 base spread over all its GPUs: stacks/config/adapter_evaluation.py.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import Field, StringConstraints
 
 from stacks import sizing
 from stacks.catalog.instances import INSTANCE_TYPES
+from stacks.config import adapter_evaluation
 from stacks.config.fields import _Strict
 from training.finetune.adapters import LORA_TARGETS, resolve_target_modules
 
@@ -36,6 +52,11 @@ QLORA_BITS_PER_WEIGHT = 4.127  # NF4 plus double-quantized constants (Dettmers e
 ADAPTER_STATE_BYTES = 16  # fp32 weight + gradient + Adam's two moments
 LOGITS_BYTES = 10  # half-precision logits, the fp32 copy the loss takes, and its gradient
 SHARD_GIB = 5e9 / 2**30  # transformers' save_pretrained max_shard_size default, "5GB"
+# The base sharded over one GPU is the base whole on every GPU (SMP v2 reads hybrid_shard_degree 1 as FSDP's NO_SHARD:
+# distributed-model-parallel-v2-reference): the DDP run's smp.hybrid_shard_degree.
+DDP_SHARD_DEGREE = 1
+# FSDP gathers the transformer layer it computes and prefetches the next (forward and backward prefetch).
+GATHERED_LAYERS = 2
 
 ModuleName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
@@ -60,16 +81,31 @@ class LoraConfig(_Strict):
 
 
 def normalize(data: Any) -> Any:
-    """Before validation: an adapter method runs in SMP v2's image line without SMP; a `smp` section is refused."""
+    """Before validation: an adapter method runs in SMP v2's image line. Without a `smp` section it runs under DDP
+    (hybrid_shard_degree 1: the base whole on every GPU); with one (lora only), over a base FSDP shards, where
+    version 2 and tensor_parallel_degree 1 are the defaults, the only values that apply."""
     if not isinstance(data, dict) or data.get("method") not in ("lora", "qlora"):
         return data
-    if "smp" in data:
+    if "smp" not in data:
+        return {**data, "smp": {"version": 2, "tensor_parallel_degree": 1, "hybrid_shard_degree": DDP_SHARD_DEGREE}}
+    if data["method"] == "qlora":
         raise ValueError(
-            f"smp: training.method {data['method']} trains PEFT adapters with PyTorch DDP, one process per GPU, not "
-            "with SMP (SMP v2's tensor parallelism replaces the attention and MLP modules the adapters attach to): "
-            "remove training.smp, or use training.method full"
+            "smp: training.method qlora keeps the base in bitsandbytes' 4-bit weights, which FSDP does not shard in "
+            "this stack, so QLoRA runs only with PyTorch DDP (the whole 4-bit base on every GPU): remove "
+            "training.smp, or use training.method lora with training.smp {version: 2, hybrid_shard_degree: N} to "
+            "shard a bf16 base"
         )
-    return {**data, "smp": {"version": 2, "tensor_parallel_degree": 1, "hybrid_shard_degree": 0}}
+    smp = data["smp"]
+    if not isinstance(smp, dict):
+        return data  # the field's own validation says what it should be
+    degree = smp.get("hybrid_shard_degree")
+    if degree == DDP_SHARD_DEGREE and not isinstance(degree, bool):
+        raise ValueError(
+            "smp.hybrid_shard_degree 1 keeps the whole base on every GPU, which is what training.method lora does "
+            "without training.smp (PyTorch DDP, no SMP): remove training.smp, or shard the base over 2 or more GPUs "
+            "(0: over all of them)"
+        )
+    return {**data, "smp": {"version": 2, "tensor_parallel_degree": 1, **smp}}
 
 
 def _projections(model: Any) -> dict[str, tuple[int, int]]:
@@ -105,22 +141,43 @@ def adapter_parameters(model: Any, lora: LoraConfig) -> int:
     return model.layers * sum(lora.r * sum(shapes[name]) for name in targets)
 
 
+def embedding_parameters(model: Any) -> int:
+    """The token embedding and the LM head (one matrix when tied)."""
+    return model.vocab_size * model.hidden_size * (1 if model.tied_embeddings else 2)
+
+
 def base_weights_gib(model: Any, method: str, precision: str) -> float:
-    embeddings = model.vocab_size * model.hidden_size * (1 if model.tied_embeddings else 2)
+    embeddings = embedding_parameters(model)
     if method == "qlora":
         return ((model.parameters - embeddings) * QLORA_BITS_PER_WEIGHT / 8 + embeddings * 4) / sizing.GIB
     return model.parameters * sizing.BYTES_PER_PARAMETER[precision] / sizing.GIB
 
 
-def training_fit(training: Any) -> sizing.TrainingFit:
+def shard_degree(training: Any, hybrid_shard_degree: int | None = None) -> int:
+    """The GPUs the frozen base is sharded over: 1 under DDP, else smp.hybrid_shard_degree, or every GPU when 0."""
+    degree = training.smp.hybrid_shard_degree if hybrid_shard_degree is None else hybrid_shard_degree
+    return degree or training.world_size
+
+
+def training_fit(training: Any, hybrid_shard_degree: int | None = None) -> sizing.TrainingFit:
+    """Memory per GPU (the module's formulas); `hybrid_shard_degree` asks what it would be sharded that way."""
     model, instance = training.catalog_model, training.catalog_instance
+    shards = shard_degree(training, hybrid_shard_degree)
     s, b, h, a = training.sequence_length, training.train_batch_size, model.hidden_size, model.attention_heads
     per_layer = s * b * h * (34 + 5 * a * s / h)
     layers = model.layers * 2 * s * b * h + per_layer if training.activation_checkpointing else model.layers * per_layer
     logits = s * b * model.vocab_size * LOGITS_BYTES
+    gathered = 0.0
+    if shards > 1:
+        # FSDP1 does not free the root unit's weights after the forward pass, which the backward pass needs again
+        # (torch/distributed/fsdp/_runtime_utils.py, _post_forward_reshard: "Do not free the root's parameters").
+        embeddings = embedding_parameters(model)
+        layer = (model.parameters - embeddings) / model.layers
+        gathered = (GATHERED_LAYERS * layer + embeddings) * sizing.BYTES_PER_PARAMETER[training.precision]
     states = (
-        base_weights_gib(model, training.method, training.precision)
-        + adapter_parameters(model, training.lora) * ADAPTER_STATE_BYTES / sizing.GIB
+        base_weights_gib(model, training.method, training.precision) / shards
+        + gathered / sizing.GIB
+        + adapter_parameters(model, training.lora) * ADAPTER_STATE_BYTES / sizing.GIB / shards
         + sizing.RUNTIME_OVERHEAD_GIB
     )
     return sizing.TrainingFit(
@@ -130,8 +187,35 @@ def training_fit(training: Any) -> sizing.TrainingFit:
     )
 
 
+@dataclass(frozen=True)
+class RankZeroHostFit(sizing.HostFit):
+    """Host memory when one process (rank 0) holds the weights and every process of the instance its overhead."""
+
+    @property
+    def total_gib(self) -> float:
+        return self.weights_per_rank_gib + self.ranks * self.overhead_gib
+
+    def describe(self) -> str:
+        return (
+            f"{self.total_gib:.1f} GiB of {self.capacity_gib:.1f} GiB usable per instance (weights "
+            f"{self.weights_per_rank_gib:.1f} + {self.ranks} processes x {self.overhead_gib:.1f}; {self.loading})"
+        )
+
+
 def host_fit(training: Any) -> sizing.HostFit:
     instance = training.catalog_instance
+    capacity = instance.host_memory_gib * sizing.USABLE_HOST_FRACTION
+    if training.shards_base:
+        # AWS's SMP v2 fine-tuning recipe: the other ranks build the model on the meta device and FSDP copies
+        # rank 0's weights to them (sync_module_states), so the first instance holds one copy, the others none.
+        return RankZeroHostFit(
+            sizing.weights_gib(training.catalog_model, training.precision),
+            sizing.HOST_OVERHEAD_GIB,
+            training.processes,
+            capacity,
+            f"rank 0 alone reads the weights in {training.precision}; the other ranks build on the meta device and "
+            "receive their shards from it",
+        )
     weights = sizing.weights_gib(training.catalog_model, "bf16")
     loading = "every rank reads the weights straight into bf16 (from_pretrained, low_cpu_mem_usage)"
     if training.method == "qlora":
@@ -139,13 +223,40 @@ def host_fit(training: Any) -> sizing.HostFit:
         # (save_pretrained's default max_shard_size, 5 GB) at a time in host memory.
         weights = min(weights, SHARD_GIB)
         loading = "every rank quantizes one checkpoint shard at a time onto its GPU"
-    return sizing.HostFit(
-        weights,
-        sizing.HOST_OVERHEAD_GIB,
-        training.processes,
-        instance.host_memory_gib * sizing.USABLE_HOST_FRACTION,
-        loading,
-    )
+    return sizing.HostFit(weights, sizing.HOST_OVERHEAD_GIB, training.processes, capacity, loading)
+
+
+def check_sharding(training: Any) -> None:
+    """What LoRA over a sharded base needs of the `smp` section, beyond SMP v2's own layout rules."""
+    smp = training.smp
+    if smp.version != 2:
+        raise ValueError(
+            f"smp.version {smp.version}: training.method {training.method} shards the base with SMP v2 (FSDP); "
+            "SMP v1's image has Python 3.9, where peft does not install (training/requirements.in): set "
+            "smp.version 2"
+        )
+    if smp.tensor_parallel_degree > 1:
+        raise ValueError(
+            f"smp.tensor_parallel_degree {smp.tensor_parallel_degree}: SMP v2's tensor parallelism replaces the "
+            "model's Hugging Face attention and MLP modules with its own (torch.sagemaker.transform), so PEFT finds "
+            "none of the layers its adapters attach to, and AWS documents SMP v2 fine-tuning with FSDP sharding only "
+            "(model-parallel-core-features-v2-fine-tuning): remove tensor_parallel_degree and shard the base with "
+            "hybrid_shard_degree"
+        )
+    if training.world_size == 1:
+        raise ValueError(
+            f"smp: {training.instance_count} x {training.instance_type} runs one process, so there is no GPU to "
+            "shard the base over: remove training.smp (the base whole on the GPU), or use more GPUs"
+        )
+
+
+def _fitting_shard_degree(training: Any) -> int | None:
+    """The smallest hybrid_shard_degree (a divisor of the world size) under which training fits."""
+    world = training.world_size
+    for degree in [d for d in range(2, world + 1) if world % d == 0]:
+        if training_fit(training, degree).fits:
+            return degree
+    return None
 
 
 def check(training: Any) -> None:
@@ -163,7 +274,7 @@ def check(training: Any) -> None:
     if training.processes > instance.gpu_count:
         raise ValueError(
             f"processes_per_host {training.processes} is more than the {instance.gpu_count} GPU(s) of "
-            f"{training.instance_type}; DDP runs one process per GPU"
+            f"{training.instance_type}; the job runs one process per GPU"
         )
     if training.world_size > 1 and training.processes != instance.gpu_count:
         raise ValueError(
@@ -185,27 +296,41 @@ def check(training: Any) -> None:
     if training.precision == "bf16" and not instance.gpu.bf16:
         raise ValueError(f"precision bf16 needs A100/H100-class (Ampere or newer) GPUs; {instance.gpus} has none")
     fit = training_fit(training)
+    if not fit.fits and training.shards_base:
+        degree = shard_degree(training)
+        raise ValueError(
+            f"{training.model} {method} training over a base sharded {degree} ways does not fit "
+            f"{training.instance_count} x {training.instance_type} ({instance.gpus}): estimated {fit.describe()}. "
+            "Lower train_batch_size or sequence_length (with gradient_accumulation), shard over more GPUs "
+            f"(smp.hybrid_shard_degree: a larger divisor of the {training.world_size} processes, or 0 for all of "
+            "them; more instances with instance_count), or use larger GPUs"
+        )
     if not fit.fits:
-        cheaper = " or training.method qlora (4-bit base weights)" if method == "lora" else ""
+        sharded = _fitting_shard_degree(training) if method == "lora" else None
+        way_out = (
+            f"shard the base: training.smp {{version: 2, hybrid_shard_degree: {sharded}}} fits"
+            + (" (with precision bf16: SMP v2 does not train in fp16)" if training.precision == "fp16" else "")
+            if sharded is not None
+            else "shard the base over more GPUs: training.smp {version: 2, hybrid_shard_degree: N} with more "
+            "instances (instance_count) or larger GPUs"
+            if method == "lora"
+            else "training.method lora with training.smp {version: 2, hybrid_shard_degree: N} shards a bf16 base"
+        )
+        cheaper = ", training.method qlora (4-bit base weights)" if method == "lora" else ""
         raise ValueError(
             f"{training.model} {method} training does not fit {training.instance_type} ({instance.gpus}): DDP keeps "
             f"the whole base model on every GPU; estimated {fit.describe()}. Lower train_batch_size or "
-            f"sequence_length (with gradient_accumulation), use larger GPUs{cheaper} (sharding the base over GPUs "
-            "with FSDP is not offered for adapters yet)"
+            f"sequence_length (with gradient_accumulation), use larger GPUs{cheaper}, or {way_out}"
         )
-    evaluator = INSTANCE_TYPES[training.evaluate_instance_type]
-    # evaluate.py puts the base (bf16 as staged; 4-bit for QLoRA) with the adapter on one GPU.
-    needed = base_weights_gib(model, method, "bf16") + sizing.RUNTIME_OVERHEAD_GIB
-    if needed > evaluator.gpu.memory_gib * sizing.USABLE_FRACTION:
-        raise ValueError(
-            f"evaluate_instance_type: the Evaluate step holds {training.model}'s base weights and the adapter on one "
-            f"GPU, about {needed:.1f} GiB, more than the {evaluator.gpu.memory_gib * sizing.USABLE_FRACTION:.1f} GiB "
-            f"usable of {evaluator.name}'s {evaluator.gpu.model}; choose an instance type with a larger GPU"
-        )
+    adapter_evaluation.check(training)
     host = host_fit(training)
     if not host.fits:
+        fix = (
+            "use an instance type with more memory"
+            if training.shards_base
+            else "lower processes_per_host, or use an instance type with more memory per GPU"
+        )
         raise ValueError(
             f"{training.model} cannot load on {training.instance_type} ({instance.host_memory_gib} GiB of host "
-            f"memory) with {training.processes} processes per host: needs {host.describe()}; lower "
-            "processes_per_host, or use an instance type with more memory per GPU"
+            f"memory) with {training.processes} processes per host: needs {host.describe()}; {fix}"
         )

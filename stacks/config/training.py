@@ -21,7 +21,9 @@ class SmpConfig(_Strict):
     """The SageMaker model parallelism library's layout, passed to the job as the estimator's distribution.
 
     Version 1 (smdistributed.modelparallel, the GPT-J reference) takes every key; version 2 (FSDP-based) only
-    hybrid_shard_degree and the activation keys."""
+    hybrid_shard_degree and the activation keys. With training.method lora the section shards the frozen base (SMP v2;
+    there version defaults to 2 and tensor_parallel_degree to 1, the only values that apply); without it adapters
+    run under PyTorch DDP."""
 
     version: Literal[1, 2] = Field(default=1, description="1: SMP v1 (PyTorch 1.13.1 DLC, SMP 1.15); 2: SMP v2")
     # Defaults: the GPT-J-6B tensor-parallel reference on one ml.p4d.24xlarge.
@@ -41,7 +43,9 @@ class SmpConfig(_Strict):
     placement_strategy: Literal["cluster", "spread"] = "cluster"
     prescaled_batch: bool = True
     delayed_parameter_initialization: bool = False
-    hybrid_shard_degree: int = Field(default=0, ge=0, description="SMP v2 only: GPUs a model copy is sharded over")
+    hybrid_shard_degree: int = Field(
+        default=0, ge=0, description="SMP v2 only: GPUs a model copy is sharded over (0: all of the job's GPUs)"
+    )
 
 
 class SpotConfig(_Strict):
@@ -83,8 +87,10 @@ class TrainingConfig(_Strict):
     smp: SmpConfig = Field(default_factory=SmpConfig)
     method: Literal["full", "lora", "qlora"] = Field(
         default="full",
-        description="full: every weight, with SMP; lora: PEFT adapters over frozen base weights, PyTorch DDP; "
-        "qlora: adapters over 4-bit base weights (bitsandbytes, bf16 GPUs). lora and qlora register an adapter",
+        description="full: every weight, with SMP; lora: PEFT adapters over frozen base weights, with PyTorch DDP "
+        "(the base whole on every GPU), or, given training.smp {version: 2, hybrid_shard_degree: N}, over a base "
+        "SMP v2 (FSDP) shards over N GPUs; qlora: adapters over 4-bit base weights (bitsandbytes, bf16 GPUs, DDP "
+        "only). lora and qlora register an adapter",
     )
     lora: adapters.LoraConfig = Field(
         default_factory=adapters.LoraConfig, description="the adapters' settings (method lora or qlora)"
@@ -135,6 +141,11 @@ class TrainingConfig(_Strict):
         return self.processes * self.instance_count
 
     @property
+    def shards_base(self) -> bool:
+        """An adapter method over a base FSDP shards (SMP v2), not whole on every GPU (DDP): config/adapters.py."""
+        return self.method != "full" and self.smp.hybrid_shard_degree != adapters.DDP_SHARD_DEGREE
+
+    @property
     def data_parallel_degree(self) -> int:
         return self.world_size // (self.smp.tensor_parallel_degree * self.smp.pipeline_parallel_degree)
 
@@ -160,9 +171,11 @@ class TrainingConfig(_Strict):
             pipeline_parallel_degree=smp.pipeline_parallel_degree,
             data_parallel_degree=max(self.data_parallel_degree, 1),
             shard_optimizer_state=smp.shard_optimizer_state,
+            # SMP v2's hybrid_shard_degree 0 shards over every data-parallel rank: FSDP's FULL_SHARD over all GPUs
+            # with tensor parallel degree 1, else the largest degree tensor parallelism leaves (the SMP v2 reference).
             sharded_data_parallel_degree=smp.sharded_data_parallel_degree
             if smp.version == 1
-            else max(smp.hybrid_shard_degree, 1),
+            else smp.hybrid_shard_degree or max(self.data_parallel_degree, 1),
             micro_batch_size=max(self.train_batch_size // smp.microbatches, 1),
             sequence_length=self.sequence_length,
             activation_checkpointing=self.activation_checkpointing,
@@ -233,12 +246,29 @@ class TrainingConfig(_Strict):
                 f"{model.min_transformers} or later; use smp.version 2 (precision bf16)"
             )
 
+    def _check_smp_v2(self) -> None:
+        """SMP v2's layout rules, for full fine-tuning and for adapters over a sharded base."""
+        smp = self.smp
+        if smp.pipeline_parallel_degree > 1 or smp.sharded_data_parallel_degree > 1:
+            raise ValueError(
+                "SMP v2 has no pipeline parallelism or sharded_data_parallel_degree; use hybrid_shard_degree"
+            )
+        if self.precision == "fp16":
+            raise ValueError("SMP v2 (FSDP) trains in bf16 or fp32, not fp16: set precision bf16")
+        if smp.hybrid_shard_degree and self.world_size % smp.hybrid_shard_degree:
+            raise ValueError(
+                f"smp.hybrid_shard_degree {smp.hybrid_shard_degree} does not divide the {self.world_size} processes"
+            )
+
     @model_validator(mode="after")
     def _check_layout(self) -> TrainingConfig:
         instance, smp = self.catalog_instance, self.smp
         if self.method == "full" and "lora" in self.model_fields_set:
             raise ValueError("lora: set training.method lora or qlora to train adapters, or remove training.lora")
         if self.method != "full":
+            if self.shards_base:
+                adapters.check_sharding(self)
+                self._check_smp_v2()
             adapters.check(self)
             from stacks import training_job
 
@@ -276,22 +306,14 @@ class TrainingConfig(_Strict):
                 "SMP v2 has no tensor parallelism for GPT-J (its list: GPT-NeoX, Llama, Mistral, Mixtral); use "
                 "smp.version 1, or smp.hybrid_shard_degree with tensor_parallel_degree 1"
             )
-        if smp.version == 2 and (smp.pipeline_parallel_degree > 1 or smp.sharded_data_parallel_degree > 1):
-            raise ValueError(
-                "SMP v2 has no pipeline parallelism or sharded_data_parallel_degree; use hybrid_shard_degree"
-            )
+        if smp.version == 2:
+            self._check_smp_v2()
         if smp.version == 1 and self.instance_type.startswith("ml.p5."):
             raise ValueError("SMP v1 does not support p5 instances (the SageMaker SDK refuses them); use smp.version 2")
         if smp.version == 1 and smp.delayed_parameter_initialization:
             raise ValueError(
                 "smp.delayed_parameter_initialization re-initializes the weights after partitioning, over the "
                 "pretrained ones the pipeline fine-tunes; remove it"
-            )
-        if smp.version == 2 and self.precision == "fp16":
-            raise ValueError("SMP v2 (FSDP) trains in bf16 or fp32, not fp16: set precision bf16")
-        if smp.version == 2 and smp.hybrid_shard_degree and self.world_size % smp.hybrid_shard_degree:
-            raise ValueError(
-                f"smp.hybrid_shard_degree {smp.hybrid_shard_degree} does not divide the {self.world_size} processes"
             )
         fit = self.fit()
         if not fit.fits:

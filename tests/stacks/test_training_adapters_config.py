@@ -11,6 +11,8 @@ from stacks.config import TrainingConfig
 from stacks.config.adapters import adapter_parameters, base_weights_gib
 
 G5 = {"instance_type": "ml.g5.2xlarge", "precision": "bf16", "train_batch_size": 2, "val_batch_size": 2}
+P4D = {**G5, "instance_type": "ml.p4d.24xlarge"}
+SHARDED = {"version": 2, "hybrid_shard_degree": 8}  # the base sharded over the 8 GPUs of a p4d
 
 
 def training(**fields) -> TrainingConfig:
@@ -58,6 +60,11 @@ ACCEPTED = [
     ("Llama 3.1 8B LoRA on p4d: DDP over 8 A100s", dict(model="llama-3.1-8b", method="lora", **{**G5, "instance_type": "ml.p4d.24xlarge", "train_batch_size": 4})),
     ("explicit target modules", dict(model="qwen2.5-7b", method="lora", lora={"r": 8, "alpha": 16, "target_modules": ["q_proj", "v_proj"]}, **G5)),
     ("GPT-J (the reference model) with LoRA", dict(model="gpt-j-6b", method="lora", **G5)),
+    ("Llama 3.1 8B LoRA over a base sharded 8 ways", dict(model="llama-3.1-8b", method="lora", smp=SHARDED, **P4D)),
+    ("sharded over all GPUs (hybrid_shard_degree 0)", dict(model="llama-3.1-8b", method="lora", smp={"version": 2}, **P4D)),
+    ("two copies of the base, each sharded over 4 A100s", dict(model="qwen2.5-7b", method="lora", smp={"version": 2, "hybrid_shard_degree": 4}, **P4D)),
+    ("one base sharded over two p4d", dict(model="mistral-7b-v0.3", method="lora", instance_count=2, smp={"version": 2, "hybrid_shard_degree": 16}, **P4D)),
+    ("sharded in fp32", dict(model="mistral-7b-v0.3", method="lora", smp=SHARDED, **{**P4D, "precision": "fp32", "train_batch_size": 1})),
 ]  # fmt: skip
 
 
@@ -69,8 +76,39 @@ def test_accepts_adapter_layouts(fields) -> None:
 
 REJECTED = [
     ("lora settings without an adapter method", dict(lora={"r": 8}), r"lora: set training\.method lora or qlora"),
-    ("an smp section with an adapter method", dict(model="llama-3.1-8b", method="lora", smp={"version": 2, "tensor_parallel_degree": 8}, **G5),
-     r"smp: training\.method lora trains PEFT adapters with PyTorch DDP.*remove training\.smp"),
+    ("SMP v2 tensor parallelism under adapters", dict(model="llama-3.1-8b", method="lora", smp={"version": 2, "tensor_parallel_degree": 8}, **P4D),
+     r"smp\.tensor_parallel_degree 8: SMP v2's tensor parallelism replaces the model's Hugging Face attention and MLP "
+     r"modules .*PEFT finds none of the layers .*model-parallel-core-features-v2-fine-tuning.*shard the base with "
+     r"hybrid_shard_degree"),
+    ("QLoRA over a sharded base", dict(model="llama-3.1-8b", method="qlora", smp=SHARDED, **P4D),
+     r"smp: training\.method qlora keeps the base in bitsandbytes' 4-bit weights, which FSDP does not shard .*remove "
+     r"training\.smp, or use training\.method lora with training\.smp"),
+    ("SMP v1 under adapters", dict(model="gpt-j-6b", method="lora", smp={"version": 1, "hybrid_shard_degree": 8}, **P4D),
+     r"smp\.version 1: training\.method lora shards the base with SMP v2 \(FSDP\); SMP v1's image has Python 3\.9, "
+     r"where peft does not install .*set smp\.version 2"),
+    ("a shard degree that does not divide the GPUs", dict(model="llama-3.1-8b", method="lora", smp={"version": 2, "hybrid_shard_degree": 3}, **P4D),
+     r"smp\.hybrid_shard_degree 3 does not divide the 8 processes"),
+    ("a shard degree above the GPUs", dict(model="llama-3.1-8b", method="lora", smp={"version": 2, "hybrid_shard_degree": 16}, **P4D),
+     r"smp\.hybrid_shard_degree 16 does not divide the 8 processes"),
+    ("sharding over one GPU", dict(model="llama-3.1-8b", method="lora", smp={"version": 2, "hybrid_shard_degree": 1}, **P4D),
+     r"smp\.hybrid_shard_degree 1 keeps the whole base on every GPU, which is what training\.method lora does without "
+     r"training\.smp .*remove training\.smp, or shard the base over 2 or more GPUs"),
+    ("sharding on a one-GPU instance", dict(model="llama-3.1-8b", method="lora", smp={"version": 2}, **G5),
+     r"smp: 1 x ml\.g5\.2xlarge runs one process, so there is no GPU to shard the base over: remove training\.smp"),
+    ("a sharded base in fp16", dict(model="llama-3.1-8b", method="lora", smp=SHARDED, **{**P4D, "precision": "fp16"}),
+     r"SMP v2 \(FSDP\) trains in bf16 or fp32, not fp16: set precision bf16"),
+    ("pipeline parallelism under adapters", dict(model="llama-3.1-8b", method="lora", smp={**SHARDED, "pipeline_parallel_degree": 2}, **P4D),
+     r"SMP v2 has no pipeline parallelism"),
+    ("a sharded run whose batch does not fit", dict(model="llama-3.1-8b", method="lora", smp={"version": 2, "hybrid_shard_degree": 2}, **{**P4D, "train_batch_size": 16}),
+     r"llama-3\.1-8b lora training over a base sharded 2 ways does not fit 1 x ml\.p4d\.24xlarge .*Lower "
+     r"train_batch_size .*smp\.hybrid_shard_degree: a larger divisor of the 8 processes"),
+    ("Llama 3.1 70B LoRA sharded 8 ways: its base does not fit the one GPU of the evaluate type", dict(model="llama-3.1-70b", method="lora", smp=SHARDED, **{**P4D, "train_batch_size": 1}),
+     r"evaluate_instance_type: the Evaluate step holds llama-3\.1-70b's base weights with the adapter: about 133\.4 GiB "
+     r"with the runtime, more than the 21\.6 GiB usable of one A10G 24 GB of ml\.g5\.2xlarge; use an instance type "
+     r"that holds it, e\.g\. ml\.g6e\.12xlarge \(over its 4 GPUs\)"),
+    ("OPT-30B: its base fits no GPU a processing job runs on, but spread over 4 it does", dict(model="opt-30b", method="lora", smp=SHARDED, evaluate_instance_type="ml.g6e.xlarge", **P4D),
+     r"about 57\.8 GiB with the runtime, more than the 43\.2 GiB usable of one L40S 48 GB of ml\.g6e\.xlarge; use an "
+     r"instance type that holds it, e\.g\. ml\.g6\.12xlarge \(over its 4 GPUs\)"),
     ("unknown method", dict(method="dora"), r"Input should be 'full', 'lora' or 'qlora'"),
     ("a target module the architecture lacks", dict(model="llama-3.1-8b", method="lora", lora={"target_modules": ["c_attn"]}, **G5),
      r"lora\.target_modules: c_attn is not a linear layer of llama models; choose from q_proj, k_proj"),
@@ -86,7 +124,15 @@ REJECTED = [
      r"instance_type: training\.method qlora computes in bf16 .* ml\.p3\.16xlarge has V100"),
     ("QLoRA in fp16", dict(model="qwen2.5-7b", method="qlora", **{**G5, "precision": "fp16"}), r"precision: training\.method qlora computes in bf16"),
     ("Llama 3.1 70B LoRA on p4d: the bf16 base does not fit one A100 40 GB", dict(model="llama-3.1-70b", method="lora", **{**G5, "instance_type": "ml.p4d.24xlarge", "train_batch_size": 1}),
-     r"llama-3\.1-70b lora training does not fit ml\.p4d\.24xlarge .*DDP keeps the whole base model on every GPU.*or training\.method qlora"),
+     r"llama-3\.1-70b lora training does not fit ml\.p4d\.24xlarge .*DDP keeps the whole base model on every GPU.*"
+     r"training\.method qlora \(4-bit base weights\), or shard the base: training\.smp \{version: 2, "
+     r"hybrid_shard_degree: 8\} fits"),
+    ("GPT-NeoX-20B LoRA in fp16 under DDP on p4d: sharding fits, in bf16", dict(model="gpt-neox-20b", method="lora", evaluate_instance_type="ml.g6e.xlarge", **{**P4D, "precision": "fp16"}),
+     r"gpt-neox-20b lora training does not fit ml\.p4d\.24xlarge .*shard the base: training\.smp \{version: 2, "
+     r"hybrid_shard_degree: 2\} fits \(with precision bf16: SMP v2 does not train in fp16\)"),
+    ("an evaluate GPU too small, with a larger one to name", dict(model="llama-3.1-8b", method="lora", evaluate_instance_type="ml.g4dn.xlarge", **G5),
+     r"evaluate_instance_type: .* about 17\.0 GiB with the runtime, more than the 14\.4 GiB usable of one T4 16 GB of "
+     r"ml\.g4dn\.xlarge; use an instance type that holds it, e\.g\. ml\.g6\.2xlarge \(whole on one GPU\)"),
     ("a batch whose logits do not fit", dict(model="llama-3.1-8b", method="lora", **{**G5, "train_batch_size": 8}),
      r"llama-3\.1-8b lora training does not fit ml\.g5\.2xlarge .*activations"),
     ("2 processes on 4 GPUs (torchrun starts one per GPU)", dict(model="mistral-7b-v0.3", method="lora", processes_per_host=2, **{**G5, "instance_type": "ml.g5.12xlarge"}),
@@ -123,3 +169,107 @@ def test_the_adapter_examples_load_with_the_figures_their_comments_give() -> Non
     qwen = load_config(REPO / "config/examples/qwen-lora.yaml").stages["dev"].training
     assert (qwen.model, qwen.method, qwen.instance_type) == ("qwen2.5-7b", "qlora", "ml.g5.2xlarge")
     assert round(qwen.fit().total_gib, 1) == 17.4
+
+
+def sharded_70b(**fields) -> TrainingConfig:
+    """Llama 3.1 70B LoRA over a base sharded 8 ways on a p4d, as its fields validate. Built without the config's
+    checks: the whole config is refused, but only for its Evaluate step (the case above), so its sizing is tested
+    here on its own."""
+    from stacks.config import SmpConfig
+    from stacks.config.adapters import LoraConfig
+
+    values = {"model": "llama-3.1-70b", "method": "lora", **P4D, "train_batch_size": 1, **fields}
+    return TrainingConfig.model_construct(
+        **values, smp=SmpConfig(version=2, tensor_parallel_degree=1, hybrid_shard_degree=8), lora=LoraConfig()
+    )
+
+
+def test_llama_70b_lora_over_a_base_sharded_8_ways_fits_a_p4d_by_hand() -> None:
+    from stacks.config.adapters import host_fit, training_fit
+
+    config = sharded_70b()
+    assert config.shards_base
+    # Llama 3.1 70B (its config.json): 70,553,706,496 parameters, 80 layers, hidden 8192, 64 heads (8 KV heads of
+    # 128), MLP 28672, vocabulary 128256 with an untied LM head.
+    embeddings = 2 * 128256 * 8192
+    layer = (70_553_706_496 - embeddings) / 80
+    base = 70_553_706_496 * 2 / 8  # bf16, one eighth on each GPU
+    gathered = (2 * layer + embeddings) * 2  # two layers and the root unit (embedding and LM head) whole, in bf16
+    # Rank-16 adapters on q (8192->8192), k and v (8192->1024), o (8192->8192), gate and up (8192->28672) and down
+    # (28672->8192) in each of the 80 layers, their fp32 weights, gradients and Adam moments sharded too.
+    adapters = 80 * 16 * ((8192 + 8192) + 2 * (8192 + 1024) + (8192 + 8192) + 3 * (8192 + 28672))
+    assert adapters == 207_093_760
+    states = base + gathered + adapters * 16 / 8 + 2 * 2**30
+    # Activations of 1 sequence of 1,024 tokens with checkpointing: 80 layers x 2 x s x h, one layer's working set
+    # s x h x (34 + 5 x 64 x 1024 / 8192), and the logits, 1024 x 128256 x 10 bytes.
+    activations = 80 * 2 * 1024 * 8192 + 1024 * 8192 * (34 + 40) + 1024 * 128256 * 10
+    fit = training_fit(config)
+    assert fit.model_states_gib == pytest.approx(states / 2**30)
+    assert fit.activations_gib == pytest.approx(activations / 2**30)
+    assert round(fit.total_gib, 1) == 29.0 and fit.capacity_gib == pytest.approx(40 * 0.9) and fit.fits
+    # The same job under DDP holds the whole 131.4 GiB base on every 40 GB GPU.
+    assert not training_fit(config, hybrid_shard_degree=1).fits
+    # Host memory: rank 0 alone holds the bf16 base; the other 7 processes only their own overhead. Every process
+    # holding a copy (DDP) would need 8 x 134.4 GiB, more than the p4d's 1,152 GiB.
+    host = host_fit(config)
+    assert host.total_gib == pytest.approx(70_553_706_496 * 2 / 2**30 + 8 * 3.0)
+    assert round(host.total_gib, 1) == 155.4 and host.fits
+    assert "rank 0 alone reads the weights in bf16" in host.describe()
+
+
+def test_a_base_sharded_over_all_gpus_of_two_instances() -> None:
+    from stacks.config.adapters import host_fit, shard_degree
+
+    config = training(model="llama-3.1-8b", method="lora", instance_count=2, smp={"version": 2}, **P4D)
+    assert config.smp.hybrid_shard_degree == 0 and shard_degree(config) == 16
+    assert (
+        config.fit().model_states_gib
+        < training(model="llama-3.1-8b", method="lora", smp=SHARDED, **P4D).fit().model_states_gib
+    )
+    # Each instance's host holds at most one copy (rank 0's, on the first): 8 processes per host.
+    assert host_fit(config).ranks == 8 and host_fit(config).weights_per_rank_gib == pytest.approx(
+        8_030_261_248 * 2 / 2**30
+    )
+
+
+def test_a_sharded_adapter_job_is_launched_like_an_smp_v2_job_with_the_lora_flags() -> None:
+    from stacks.constructs.training_pipeline.definition import distribution
+
+    config = training(model="llama-3.1-8b", method="lora", smp=SHARDED, **P4D)
+    assert (config.smp.version, config.smp.tensor_parallel_degree) == (2, 1)  # the defaults under adapters
+    assert distribution(config) == {
+        "torch_distributed": {"enabled": True},
+        "smdistributed": {
+            "modelparallel": {
+                "enabled": True,
+                "parameters": {
+                    "tensor_parallel_degree": 1,
+                    "hybrid_shard_degree": 8,
+                    "sm_activation_offloading": False,
+                    "activation_loading_horizon": 4,
+                },
+            }
+        },
+    }
+    flags = training_job.hyperparameters(config, max_steps=10, learning_rate=1e-4, train_batch_size=4)
+    assert flags["backend"] == "smp_v2" and flags["method"] == "lora" and flags["lora_r"] == 16
+    assert flags["base_model_id"] == "meta-llama/Llama-3.1-8B"
+    # Without training.smp: DDP, no SMP, whatever the instance.
+    ddp = training(model="llama-3.1-8b", method="lora", **P4D)
+    assert not ddp.shards_base and distribution(ddp) == {"torch_distributed": {"enabled": True}}
+    assert training_job.hyperparameters(ddp, max_steps=10, learning_rate=1e-4, train_batch_size=4)["backend"] == "torch"
+
+
+def test_the_plan_shows_lora_over_a_sharded_base() -> None:
+    from stacks.plan import describe_training
+
+    lines = "\n".join(
+        describe_training(
+            training(model="qwen2.5-7b", method="lora", smp={"version": 2, "hybrid_shard_degree": 4}, **P4D)
+        )
+    )
+    assert (
+        "qwen2.5-7b: LORA adapters (r 16, alpha 32, attention and MLP projections), over a base sharded 4 ways "
+        "(SMP v2, FSDP) x 2 copies" in lines
+    )
+    assert "rank 0 alone reads the weights in bf16" in lines

@@ -236,6 +236,7 @@ def test_smp_v2_uses_torch_distributed_and_its_own_image():
     assert hyperparameters["sagemaker_torch_distributed_enabled"] is True
     assert "sagemaker_mpi_enabled" not in hyperparameters
     assert hyperparameters["mp_parameters"] == {
+        "tensor_parallel_degree": 1,
         "hybrid_shard_degree": 8,
         "sm_activation_offloading": False,
         "activation_loading_horizon": 4,

@@ -106,3 +106,68 @@ def test_the_registered_adapter_names_its_base_and_no_whole_model_weights() -> N
         "BaseModel": "llama-3.1-8b",
     }
     assert register["ModelPackageDescription"] == "LORA adapter (r=8) for llama-3.1-8b"
+
+
+@cache
+def sharded_definition() -> dict:
+    config = llama_lora(
+        instance_type="ml.p4d.24xlarge", train_batch_size=4, smp={"version": 2, "hybrid_shard_degree": 8}
+    )
+    return definition(config)
+
+
+def test_lora_over_a_sharded_base_is_launched_like_an_smp_v2_job() -> None:
+    args = step(sharded_definition(), "Train")["Arguments"]
+    assert args["AlgorithmSpecification"]["TrainingImage"] == images.training_image("us-east-1", 2)
+    hyperparameters = decoded(args["HyperParameters"])
+    assert (
+        hyperparameters["sagemaker_torch_distributed_enabled"] is True
+        and "sagemaker_mpi_enabled" not in hyperparameters
+    )
+    assert hyperparameters["mp_parameters"] == {
+        "tensor_parallel_degree": 1,
+        "hybrid_shard_degree": 8,
+        "sm_activation_offloading": False,
+        "activation_loading_horizon": 4,
+    }
+    assert {name: hyperparameters[name] for name in ("backend", "method", "lora_r", "lora_target_modules")} == {
+        "backend": "smp_v2",
+        "method": "lora",
+        "lora_r": 16,
+        "lora_target_modules": "auto",
+    }
+    assert hyperparameters["base_model_revision"] == {"Std:Join": {"On": "", "Values": ['"', LLAMA_COMMIT, '"']}}
+    # The rest of the pipeline is the adapter pipeline's: evaluation over the base, an adapter package.
+    inputs = {
+        i["InputName"]: i["S3Input"] for i in step(sharded_definition(), "Evaluate")["Arguments"]["ProcessingInputs"]
+    }
+    assert inputs["base"]["S3Uri"] == LLAMA_RECORD
+    register = step(sharded_definition(), "Register-RegisterModel")["Arguments"]
+    assert register["ModelPackageDescription"] == "LORA adapter (r=16) for llama-3.1-8b"
+
+
+def test_train_py_starts_a_sharded_adapter_job_with_what_the_pipeline_passes() -> None:
+    from training.finetune.hyperparameters import PlatformArguments
+    from training.finetune.layout import check_layout, parse_layout, read_mp_parameters, resolve_backend
+
+    hyperparameters = step(sharded_definition(), "Train")["Arguments"]["HyperParameters"]
+    ours = {k for k in hyperparameters if not k.startswith("sagemaker_") and k != "mp_parameters"}
+    assert ours <= set(HYPERPARAMETER_NAMES)
+    argv = []
+    for name in sorted(ours):
+        value = hyperparameters[name]
+        value = "100" if isinstance(value, dict) else str(json.loads(value))  # pipeline variables: a stand-in value
+        argv += [f"--{name}", value]
+    parsed, _ = parse_hyperparameters([*argv, "--pretrained_dir", "/opt/ml/input/data/model"], environ={})
+    # The toolkit hands mp_parameters over as SM_HP_MP_PARAMETERS, the JSON the definition holds.
+    environ = {"SM_HP_MP_PARAMETERS": hyperparameters["mp_parameters"]}
+    layout = parse_layout(read_mp_parameters(environ, PlatformArguments()))
+    backend, note = resolve_backend(parsed.backend, layout)
+    assert (parsed.method, backend, note, layout.smp_version, layout.hybrid_shard_degree) == (
+        "lora",
+        "smp_v2",
+        None,
+        "v2",
+        8,
+    )
+    check_layout(parsed, layout, backend, world_size=8)

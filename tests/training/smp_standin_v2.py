@@ -21,6 +21,7 @@ class SmpV2:
     def __init__(self) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.initialized = False
+        self.materialized = 0  # modules DelayedParamIniter's param_init_fn brought off the meta device
         self._state = ModuleType("torch.sagemaker.state")
 
     def record(self, name: str, **details: Any) -> None:
@@ -75,6 +76,52 @@ class SmpV2:
         self.record("clip_grad_norm_", max_norm=max_norm)
         return fsdp.clip_grad_norm_(max_norm)
 
+    def delayed_param_initer(
+        self, model: nn.Module, init_method_using_config: Any = None, verbose: bool = False
+    ) -> Any:
+        """torch.sagemaker.delayed_param.DelayedParamIniter (AWS "SMP v2 reference"): its param_init_fn runs, per
+        module, the given init method or, by default, SMP's own init for the Hugging Face models SMP v2 can
+        tensor-parallelize; "for any other models, you need to create a custom parameter initialization function".
+        Afterwards each module's own parameters and buffers must have left the meta device (what
+        validate_params_and_buffers_inited asserts)."""
+        if not self.initialized:
+            raise ApiMisuse("DelayedParamIniter created before tsm.init()")
+        stand_in = self
+        parameters = list(model.parameters())
+        self.record(
+            "DelayedParamIniter",
+            rank=dist.get_rank(),
+            meta_parameters=sum(parameter.is_meta for parameter in parameters),
+            parameters=len(parameters),
+        )
+        model_type = getattr(getattr(model, "config", None), "model_type", None)
+        plain_hf = type(model).__module__.startswith("transformers.") and model_type in SMP_V2_TRANSFORMABLE
+        if init_method_using_config is None and not plain_hf:
+            raise ApiMisuse(
+                f"DelayedParamIniter has no default init for {type(model).__name__} ({model_type}): pass "
+                "init_method_using_config"
+            )
+
+        class DelayedParamIniter:
+            def get_param_init_fn(self) -> Any:
+                def param_init_fn(module: nn.Module) -> None:
+                    init_method_using_config(module)
+                    left = [
+                        name
+                        for name, tensor in [
+                            *module.named_parameters(recurse=False),
+                            *module.named_buffers(recurse=False),
+                        ]
+                        if tensor.is_meta
+                    ]
+                    if left:
+                        raise ApiMisuse(f"{type(module).__name__}: {', '.join(left)} still on the meta device")
+                    stand_in.materialized += 1
+
+                return param_init_fn
+
+        return DelayedParamIniter()
+
     def modules(self) -> dict[str, ModuleType]:
         package = ModuleType("torch.sagemaker")
         package.init = self.init  # type: ignore[attr-defined]
@@ -90,5 +137,12 @@ class SmpV2:
         grad_norm = ModuleType("torch.sagemaker.grad_norm")
         grad_norm.clip_grad_norm_ = self.clip_grad_norm_  # type: ignore[attr-defined]
         package.grad_norm = grad_norm  # type: ignore[attr-defined]
+        delayed_param = ModuleType("torch.sagemaker.delayed_param")
+        delayed_param.DelayedParamIniter = self.delayed_param_initer  # type: ignore[attr-defined]
+        package.delayed_param = delayed_param  # type: ignore[attr-defined]
         package.stand_in = self  # type: ignore[attr-defined]
-        return {"torch.sagemaker": package, "torch.sagemaker.grad_norm": grad_norm}
+        return {
+            "torch.sagemaker": package,
+            "torch.sagemaker.grad_norm": grad_norm,
+            "torch.sagemaker.delayed_param": delayed_param,
+        }

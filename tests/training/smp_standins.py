@@ -29,7 +29,9 @@ rank 0; it holds the whole model, so "gathers" are local.
 
 SMP v2 (smp_standin_v2.py): torch.distributed initialized before tsm.init(); tsm.transform() only after init, only
 on a model not yet wrapped by FSDP, only for model types SMP v2 supports; grad_norm.clip_grad_norm_ on the
-FSDP-wrapped model.
+FSDP-wrapped model; delayed_param.DelayedParamIniter only after init, with an init_method_using_config for any model
+but a plain Hugging Face model of a type SMP v2 tensor-parallelizes, and its param_init_fn must leave none of a
+module's own parameters or buffers on the meta device.
 
 What they do NOT prove: that partitioning, pipelining, tensor-parallel slicing, fp16 loss scaling, sharding, NCCL
 collectives or the real checkpoint file formats work, or that the real libraries accept every argument value.

@@ -272,7 +272,8 @@ BAD_FLAGS = [
     (["--lora_target_modules", "q_proj,,v_proj"], r"--lora_target_modules: .*'' is not a module name"),
     (["--lora_target_modules", "q_proj,q_proj"], r"--lora_target_modules: module names repeat"),
     (["--method", "dora"], r"argument --method: expected one of full, lora, qlora, got 'dora'"),
-    (["--method", "lora", "--backend", "smp_v2"], r"--method lora trains PEFT adapters with plain PyTorch"),
+    (["--method", "lora", "--backend", "smp_v1"], r"--method lora does not run on SMP v1"),
+    (["--method", "qlora", "--pretrained_dir", "m", "--backend", "smp_v2"], r"--method qlora with SMP v2"),
     (["--method", "qlora", "--model_config", "c.json"], r"--method qlora quantizes pretrained weights"),
     (["--method", "qlora", "--pretrained_dir", "m", "--fp16", "true"], r"--method qlora computes in bf16"),
 ]

@@ -54,6 +54,34 @@ ADAPTER_ARCHIVE_FILE = "adapter.tar.gz"
 _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+def adapter_backend_problem(method: str, backend: str, tensor_parallel_degree: int = 1) -> str | None:
+    """Why train.py's `backend` (torch, smp_v1, smp_v2) cannot train `method`'s adapters, or None. LoRA runs on plain
+    PyTorch (DDP: the base whole on every GPU) or on SMP v2 with FSDP sharding the frozen base; QLoRA only on plain
+    PyTorch."""
+    if method not in ADAPTER_METHODS or backend == "torch":
+        return None
+    if backend == "smp_v1":
+        return (
+            f"--method {method} does not run on SMP v1 (its image's Python 3.9 has no peft, and its tensor-parallel "
+            "modules are not PEFT's target layers): use SMP v2 with hybrid_shard_degree (LoRA), or plain PyTorch "
+            "(--backend torch, no mp_parameters)"
+        )
+    if method == "qlora":
+        return (
+            "--method qlora with SMP v2: bitsandbytes' 4-bit base weights are not sharded by FSDP in this stack; run "
+            "QLoRA on plain PyTorch (--backend torch, no mp_parameters: the 4-bit base on every GPU), or --method "
+            "lora with SMP v2 to shard a bf16 base"
+        )
+    if tensor_parallel_degree > 1:
+        return (
+            f"--method lora with mp_parameters tensor_parallel_degree {tensor_parallel_degree}: SMP v2's "
+            "torch.sagemaker.transform replaces the model's attention and MLP modules with its own, so PEFT finds "
+            "none of the layers its adapters attach to (AWS documents SMP v2 fine-tuning with FSDP sharding only): "
+            "set tensor_parallel_degree to 1 and shard the base with hybrid_shard_degree"
+        )
+    return None
+
+
 def default_target_modules(model_type: str) -> tuple[str, ...] | None:
     return LORA_TARGETS.get(model_type)
 

@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
-from .adapters import ADAPTER_METHODS, METHODS, parse_target_modules
+from .adapters import METHODS, adapter_backend_problem, parse_target_modules
 from .errors import ConfigurationError
 
 # Flags the SageMaker platform adds to the command line; they are read elsewhere (mp_parameters: layout.py).
@@ -394,12 +394,9 @@ def _check_adapter_hyperparameters(hp: Hyperparameters) -> None:
         parse_target_modules(hp.lora_target_modules)
     except ValueError as error:
         raise ConfigurationError(f"--lora_target_modules: {error}") from None
-    if hp.method in ADAPTER_METHODS:
-        _require(
-            hp.backend in ("auto", "torch"),
-            f"--method {hp.method} trains PEFT adapters with plain PyTorch (one process, or DDP under torchrun); "
-            f"--backend {hp.backend} cannot wrap them: use --backend torch or auto without mp_parameters",
-        )
+    if hp.backend != "auto":  # auto: checked with the layout, once mp_parameters has chosen the backend
+        problem = adapter_backend_problem(hp.method, hp.backend)
+        _require(problem is None, str(problem))
     if hp.method == "qlora":
         _require(
             hp.pretrained_dir is not None,

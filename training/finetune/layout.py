@@ -20,6 +20,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Callable
 
+from .adapters import adapter_backend_problem
 from .errors import ConfigurationError
 from .hyperparameters import Hyperparameters, PlatformArguments
 
@@ -222,6 +223,9 @@ def resolve_precision(hp: Hyperparameters, layout: ParallelLayout, backend: str)
 
 def check_layout(hp: Hyperparameters, layout: ParallelLayout, backend: str, world_size: int) -> None:
     """Layout problems that would otherwise surface minutes into the job, or as a hang."""
+    adapter_problem = adapter_backend_problem(hp.method, backend, layout.tensor_parallel_degree)
+    if adapter_problem:
+        raise ConfigurationError(adapter_problem)
     if backend == "smp_v1":
         tp, pp = layout.tensor_parallel_degree, layout.pipeline_parallel_degree
         if world_size % (tp * pp):

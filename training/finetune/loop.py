@@ -83,11 +83,6 @@ def run_training(hp: Hyperparameters, platform: PlatformArguments, environ: Mapp
         _require_path(hp.model_dir, "--model_dir", "SM_MODEL_DIR")
     layout = parse_layout(read_mp_parameters(environ, platform))
     backend_name, fallback_note = resolve_backend(hp.backend, layout)
-    if hp.method != "full" and backend_name != "torch":
-        raise ConfigurationError(
-            f"--method {hp.method} trains PEFT adapters with plain PyTorch (DDP), but mp_parameters selects "
-            f"{backend_name}: remove the SMP distribution from the job, or use --method full"
-        )
     check_layout(hp, layout, backend_name, world_size_from_environment(environ))
     precision = resolve_precision(hp, layout, backend_name)
 
@@ -439,7 +434,7 @@ class TrainingRun:
 
                 assert module is not None
                 record = base_record(hp, self.source.model_type)
-                target, files = save_adapter(module, tokenizer, str(model_dir), record)
+                target, files = save_adapter(module, tokenizer, str(model_dir), record, state_dict)
             elif module is None:
                 target, files = write_hf_folder(self.source.config, tokenizer, state_dict, str(model_dir))
             else:

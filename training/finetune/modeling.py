@@ -252,10 +252,13 @@ def _from_state_dict(config: Any, state_dict: dict[str, torch.Tensor], where: st
     return model
 
 
-def _load_in_dtype(source: ModelSource, dtype: torch.dtype, quantization_config: Any, device: torch.device) -> Any:
+def _load_in_dtype(
+    source: ModelSource, dtype: torch.dtype, quantization_config: Any, device: torch.device, device_map: Any = None
+) -> Any:
     """from_pretrained on the folder, straight into `dtype` (one copy in host memory, not an fp32 model plus the
     state dict), or 4-bit on `device` with a quantization config: what the LoRA backends load frozen base weights
-    with. Needs a transformers that reads safetensors (not 4.21, which the adapter methods never run with)."""
+    with; spread over devices by accelerate with a `device_map` (finetune/placement.py). Needs a transformers that
+    reads safetensors (not 4.21, which the adapter methods never run with)."""
     import transformers
     from transformers import AutoModelForCausalLM
 
@@ -265,6 +268,8 @@ def _load_in_dtype(source: ModelSource, dtype: torch.dtype, quantization_config:
     if quantization_config is not None:
         # bitsandbytes quantizes each weight as it moves to the GPU; the whole model never sits there unquantized.
         options.update(quantization_config=quantization_config, device_map={"": device})
+    elif device_map is not None:  # each weight goes straight from its checkpoint shard to its device
+        options.update(device_map=device_map)
     model, info = AutoModelForCausalLM.from_pretrained(
         source.pretrained_dir, config=source.config, output_loading_info=True, **options
     )
@@ -285,14 +290,23 @@ def build_model(
     direct: bool = False,
     quantization_config: Any = None,
     device: torch.device | None = None,
+    device_map: Any = None,
 ) -> nn.Module:
     """The HF model in `dtype` (fp32 when None: AMP and SMP's fp16 optimizer keep fp32 masters), with the pretrained
     weights when there are any and `load_weights`; else initialized from the config. `direct` (the LoRA backends):
-    load the weights with from_pretrained in `dtype`, 4-bit with `quantization_config` on `device`."""
+    load the weights with from_pretrained in `dtype`, 4-bit with `quantization_config` on `device`, or over the
+    devices of `device_map`."""
     from transformers import AutoModelForCausalLM
 
     if source.pretrained_dir and load_weights and (direct or quantization_config is not None):
-        return _load_in_dtype(source, dtype or torch.float32, quantization_config, device or torch.device("cpu"))
+        return _load_in_dtype(
+            source, dtype or torch.float32, quantization_config, device or torch.device("cpu"), device_map
+        )
+    if direct:  # built in `dtype` as from_pretrained builds it: buffers such as RoPE's inv_freq keep their own dtype
+        import transformers
+
+        keyword = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
+        return AutoModelForCausalLM.from_config(source.config, **{keyword: dtype or torch.float32})
     if source.pretrained_dir and load_weights:
         model = _from_state_dict(source.config, read_hf_weights(source.pretrained_dir), source.pretrained_dir)
     else:

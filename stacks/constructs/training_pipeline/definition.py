@@ -87,9 +87,10 @@ def placeholders_in(definition: str) -> set[str]:
 
 
 def distribution(training: TrainingConfig) -> dict | None:
-    """The estimator's `distribution`: SMP over MPI (v1), or SMP over torch.distributed (v2); for adapters, torchrun
-    with one process per GPU (DDP) when there is more than one, else none (`python train.py`)."""
-    if training.method != "full":
+    """The estimator's `distribution`: SMP over MPI (v1), or SMP over torch.distributed (v2, also for adapters over a
+    sharded base); for the other adapters, torchrun with one process per GPU (DDP) when there is more than one, else
+    none (`python train.py`)."""
+    if training.method != "full" and not training.shards_base:
         return {"torch_distributed": {"enabled": True}} if training.world_size > 1 else None
     modelparallel = {"smdistributed": {"modelparallel": {"enabled": True, "parameters": smp_parameters(training)}}}
     if training.smp.version == 2:

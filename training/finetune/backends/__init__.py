@@ -13,6 +13,10 @@ from .base import TrainingBackend
 def create_backend(
     name: str, hp: Hyperparameters, layout: ParallelLayout, precision: str, environ: Mapping[str, str]
 ) -> TrainingBackend:
+    if hp.method != "full" and name == "smp_v2":
+        from .lora_fsdp import LoraFsdpBackend
+
+        return LoraFsdpBackend(hp, layout, precision, environ)
     if hp.method != "full":
         from .lora import LoraBackend
 

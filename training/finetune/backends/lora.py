@@ -8,7 +8,7 @@ folder: PEFT's adapter_config.json and adapter_model.safetensors, the tokenizer,
 base model and commit it adapts.
 
 DDP replicates the frozen base on every GPU, so the base must fit one GPU (with 4-bit weights for QLoRA); the config
-refuses at synth what does not.
+refuses at synth what does not. LoRA over a base that FSDP shards over the GPUs (SMP v2) is lora_fsdp.py.
 """
 
 from __future__ import annotations
@@ -122,16 +122,24 @@ def base_record(hp: Any, model_type: str) -> dict[str, Any]:
     }
 
 
-def save_adapter(model: nn.Module, tokenizer: Any, model_dir: str, record: dict[str, Any]) -> tuple[Path, list[str]]:
+def save_adapter(
+    model: nn.Module,
+    tokenizer: Any,
+    model_dir: str,
+    record: dict[str, Any],
+    state_dict: dict[str, torch.Tensor] | None = None,
+) -> tuple[Path, list[str]]:
     """The adapter folder: PEFT's adapter_config.json and adapter_model.safetensors, the tokenizer, and the record
-    of the base model (BASE_RECORD_FILE)."""
+    of the base model (BASE_RECORD_FILE). `state_dict`: the adapter weights under the PeftModel's parameter names,
+    where the model's own parameters are not whole (FSDP shards them: backends/lora_fsdp.py)."""
     target = Path(model_dir)
     target.mkdir(parents=True, exist_ok=True)
     for config in model.peft_config.values():
         # PEFT records the folder the base was loaded from (/opt/ml/input/data/model in a job); name the model.
         config.base_model_name_or_path = record["hf_id"] or config.base_model_name_or_path
         config.revision = record["revision"]
-    model.save_pretrained(str(target), safe_serialization=True, save_embedding_layers=False)
+    options: dict[str, Any] = {} if state_dict is None else {"state_dict": state_dict}
+    model.save_pretrained(str(target), safe_serialization=True, save_embedding_layers=False, **options)
     # PEFT's model card is an empty template naming the folder the base was read from; base_model.json says it.
     (target / "README.md").unlink(missing_ok=True)
     tokenizer.save_pretrained(str(target))
@@ -200,10 +208,14 @@ class LoraBackend(TorchBackend):
         return trainable_state(self.hf_module(model)) if self.is_main else None
 
 
-def load_adapter_model(adapter_dir: Path, base_model_dir: str | None, device: torch.device) -> nn.Module:
+def load_adapter_model(
+    adapter_dir: Path, base_model_dir: str | None, device: torch.device, memory: dict[Any, int] | None = None
+) -> nn.Module:
     """The base model in `base_model_dir` with the adapter in `adapter_dir` applied through PEFT: in its stored
     dtype, or 4-bit on `device` when the adapter was trained with QLoRA (its base_model.json says so), since the
-    adapter learned to correct those weights."""
+    adapter learned to correct those weights. Given the `memory` of the machine's devices (finetune/placement.py),
+    a base in its stored dtype that does not fit the first is spread over them (PEFT adds each adapter matrix on
+    its layer's device); the caller leaves such a model where it is."""
     from ..modeling import ModelSource, _config_from_folder, build_model
 
     peft = _import("peft", "evaluating an adapter")
@@ -216,6 +228,7 @@ def load_adapter_model(adapter_dir: Path, base_model_dir: str | None, device: to
         )
     config = _config_from_folder(Path(base_model_dir), "base model folder")
     source = ModelSource(config=config, tokenizer=None, pretrained_dir=base_model_dir)
+    placement = None
     if record.get("method") == "qlora":
         problem = qlora_device_problem(device)
         if problem:
@@ -226,11 +239,25 @@ def load_adapter_model(adapter_dir: Path, base_model_dir: str | None, device: to
         # 32 GiB; an fp32 model built first and then loaded would not).
         stored = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
         dtype = stored if isinstance(stored, torch.dtype) else getattr(torch, str(stored), torch.float32)
-        base = build_model(source, dtype if isinstance(dtype, torch.dtype) else torch.float32, direct=True)
+        dtype = dtype if isinstance(dtype, torch.dtype) else torch.float32
+        if memory is not None:
+            from accelerate import init_empty_weights
+
+            from ..placement import device_map
+
+            with init_empty_weights():  # the model's shapes and sizes, without memory for its weights
+                skeleton = build_model(ModelSource(config, None, None), dtype, direct=True)
+            placement = device_map(skeleton, memory)
+        base = build_model(source, dtype, direct=True, device_map=placement)
     expected = record.get("model_type")
     if expected and base.config.model_type != expected:
         raise ConfigurationError(
             f"the adapter in {adapter_dir} was trained on a {expected} model, but {base_model_dir} holds a "
             f"{base.config.model_type} model: pass the base it was trained on"
         )
-    return peft.PeftModel.from_pretrained(base, str(adapter_dir), is_trainable=False)
+    options: dict[str, Any] = {}
+    if placement and {"cpu", "disk"} & set(placement.values()):
+        # PEFT takes the hooks off a model with offloaded weights and dispatches it again with the adapter
+        # (peft_model.py load_adapter), so it is given the same budgets; a model spread over GPUs keeps its hooks.
+        options["max_memory"] = {name: budget for name, budget in (memory or {}).items() if name != "disk"}
+    return peft.PeftModel.from_pretrained(base, str(adapter_dir), is_trainable=False, **options)

@@ -71,7 +71,6 @@ class SmpV2Backend(TrainingBackend):
             offload_wrapper,
         )
         from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecision, ShardingStrategy
-        from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
 
         num_layers = int(model.config.num_hidden_layers)
         self._hf_model = model
@@ -81,18 +80,17 @@ class SmpV2Backend(TrainingBackend):
         layer_class = type(next(iter(find_transformer_layers(model, num_layers).children())))
         mixed_precision = None
         if self.dtype is not None:
-            mixed_precision = MixedPrecision(param_dtype=self.dtype, reduce_dtype=self.dtype, buffer_dtype=self.dtype)
-        # SMP replaces HYBRID_SHARD's node-sized shard group with hybrid_shard_degree GPUs.
-        strategy = (
-            ShardingStrategy.HYBRID_SHARD if self.layout.hybrid_shard_degree >= 2 else ShardingStrategy.FULL_SHARD
-        )
+            mixed_precision = MixedPrecision(
+                param_dtype=self.dtype, reduce_dtype=self.dtype, **self._mixed_precision_options()
+            )
         fsdp = FullyShardedDataParallel(
             model,
-            auto_wrap_policy=functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={layer_class}),
+            auto_wrap_policy=self._wrap_policy(model, layer_class),
             mixed_precision=mixed_precision,
-            sharding_strategy=strategy,
+            sharding_strategy=self._sharding_strategy(ShardingStrategy),
             use_orig_params=True,  # per-parameter weight-decay groups over the original parameter names
             device_id=self.device,  # this rank's GPU (a CPU device only where there is none, as in tests)
+            **self._fsdp_options(),
         )
         self._fsdp = fsdp
         if self.hp.activation_checkpointing:
@@ -107,6 +105,22 @@ class SmpV2Backend(TrainingBackend):
         if self.layout.activation_offloading:
             wrapped = offload_wrapper(fsdp)
         return wrapped, make_optimizer(fsdp)
+
+    # --- what a subclass changes in the FSDP wrap (backends/lora_fsdp.py) ---
+    def _wrap_policy(self, model: nn.Module, layer_class: type) -> Any:
+        from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+
+        return functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={layer_class})
+
+    def _sharding_strategy(self, strategies: Any) -> Any:
+        # SMP replaces HYBRID_SHARD's node-sized shard group with hybrid_shard_degree GPUs.
+        return strategies.HYBRID_SHARD if self.layout.hybrid_shard_degree >= 2 else strategies.FULL_SHARD
+
+    def _mixed_precision_options(self) -> dict[str, Any]:
+        return {"buffer_dtype": self.dtype}
+
+    def _fsdp_options(self) -> dict[str, Any]:
+        return {}
 
     def hf_module(self, model: Any) -> nn.Module:
         return self._hf_model
@@ -144,7 +158,7 @@ class SmpV2Backend(TrainingBackend):
         dist.broadcast_object_list(holder, src=0)
         return holder[0]
 
-    def _full_state_context(self, rank0_only: bool) -> Any:
+    def _full_state_context(self, rank0_only: bool, offload_to_cpu: bool = True) -> Any:
         from torch.distributed.fsdp import (
             FullOptimStateDictConfig,
             FullStateDictConfig,
@@ -155,8 +169,8 @@ class SmpV2Backend(TrainingBackend):
         return FullyShardedDataParallel.state_dict_type(
             self._fsdp,
             StateDictType.FULL_STATE_DICT,
-            FullStateDictConfig(offload_to_cpu=True, rank0_only=rank0_only),
-            FullOptimStateDictConfig(offload_to_cpu=True, rank0_only=rank0_only),
+            FullStateDictConfig(offload_to_cpu=offload_to_cpu, rank0_only=rank0_only),
+            FullOptimStateDictConfig(offload_to_cpu=offload_to_cpu, rank0_only=rank0_only),
         )
 
     def save_state(self, directory: Path, model: Any, optimizer: Any, trainer_state: dict[str, Any]) -> None:

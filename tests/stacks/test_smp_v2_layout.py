@@ -1,0 +1,64 @@
+"""What an SMP v2 full fine-tuning job is told and sized for: the tensor parallel degree it was checked for reaches
+SMP v2's mp_parameters (the SDK's estimator passes them on as the `mp_parameters` hyperparameter, which train.py and
+torch.sagemaker read), and hybrid_shard_degree 0 is sized as SMP v2 runs it: sharded over every data-parallel rank
+(distributed-model-parallel-v2-reference: FSDP's FULL_SHARD with tensor parallel degree 1, else the largest degree
+that tensor parallelism leaves)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from stacks.config import ServingConfig, TrainingConfig
+from stacks.constructs.training_pipeline.definition import PipelineNames, finetune_definition
+from stacks.training_job import smp_parameters
+from training.finetune.layout import parse_layout
+
+GIB = 2**30
+LLAMA_8B = 8_030_261_248  # Llama 3.1 8B's parameters (its config.json)
+P4D = {"model": "llama-3.1-8b", "instance_type": "ml.p4d.24xlarge", "precision": "bf16", "train_batch_size": 8}
+
+
+def training(**smp) -> TrainingConfig:
+    return TrainingConfig.model_validate({**P4D, "smp": {"version": 2, **smp}})
+
+
+def train_hyperparameters(config: TrainingConfig) -> dict:
+    names = PipelineNames(finetune="p-dev-finetune", staging="p-dev-stage-weights", model_package_group="p-dev")
+    definition = json.loads(
+        finetune_definition(config, ServingConfig(), region="us-east-1", names=names, serving_image="lmi")
+    )
+    train = next(step for step in definition["Steps"] if step["Name"] == "Train")
+    return {k: json.loads(v) if isinstance(v, str) else v for k, v in train["Arguments"]["HyperParameters"].items()}
+
+
+def test_the_tensor_parallel_degree_reaches_the_smp_v2_job() -> None:
+    config = training(tensor_parallel_degree=4, hybrid_shard_degree=2)
+    assert smp_parameters(config)["tensor_parallel_degree"] == 4
+    # What the SDK writes into the Train step, and what train.py (and SMP v2's tsm.init) read from it.
+    mp_parameters = train_hyperparameters(config)["mp_parameters"]
+    assert mp_parameters == {
+        "tensor_parallel_degree": 4,
+        "hybrid_shard_degree": 2,
+        "sm_activation_offloading": False,
+        "activation_loading_horizon": 4,
+    }
+    layout = parse_layout(mp_parameters)
+    assert (layout.smp_version, layout.tensor_parallel_degree, layout.hybrid_shard_degree) == ("v2", 4, 2)
+
+
+def test_hybrid_shard_degree_0_shards_over_every_gpu_without_tensor_parallelism_by_hand() -> None:
+    config = training(tensor_parallel_degree=1)  # hybrid_shard_degree 0: FULL_SHARD over the 8 GPUs
+    # bf16 weights and gradients, fp32 master weights and Adam's two moments: 16 bytes per parameter, over 8 GPUs.
+    assert config.fit().model_states_gib == pytest.approx(LLAMA_8B * 16 / 8 / GIB)
+    assert config.fit().model_states_gib == pytest.approx(
+        training(tensor_parallel_degree=1, hybrid_shard_degree=8).fit().model_states_gib
+    )
+    assert round(config.fit().model_states_gib, 1) == 15.0 and config.fit().fits
+
+
+def test_hybrid_shard_degree_0_with_tensor_parallelism_shards_over_what_it_leaves_by_hand() -> None:
+    config = training(tensor_parallel_degree=2)  # 8 GPUs: 2-way tensor parallel, so sharded 4 ways
+    assert config.fit().model_states_gib == pytest.approx(LLAMA_8B / 2 * 16 / 4 / GIB)
+    assert round(config.fit().model_states_gib, 1) == 15.0
