@@ -69,18 +69,20 @@ def main(app: App | None = None) -> None:
 
 
 def _synthesize(app: App | None) -> None:
-    from aws_cdk import App
-
-    from stacks import validation_report
+    from stacks import template_validation, validation_report
     from stacks.config import DEFAULT_CONFIG, load_config
 
     # The CLI tells the app not to fail on its validation report, then does not read it: the app reads it itself.
-    app = app or App(post_cli_context={validation_report.FAIL_SYNTH_CONTEXT: False})
+    # An app made here validates its templates through the synth cache; one given (tests) keeps its own validation.
+    cached_validation = app is None
+    app = app or template_validation.new_app(post_cli_context={validation_report.FAIL_SYNTH_CONTEXT: False})
     config_path = app.node.try_get_context("config") or DEFAULT_CONFIG
     overlays = tuple(p for p in (app.node.try_get_context("overlay") or "").split(",") if p)
     config = load_config(config_path, only_stage=app.node.try_get_context("stage"), overlays=overlays)
     release = app.node.try_get_context("release") or ""
     build_app(app, config, config_path=relative_to_repo(config_path), release=release)
+    if cached_validation:
+        template_validation.install(app)
     validation_report.synthesize(app)
 
 

@@ -1,10 +1,10 @@
 """Synth: the whole app through the pinned CDK CLI against a minimal app (one stack, one bucket) through the same CLI,
 venv and cdk.json flags, interleaved; then where the whole app's time goes.
 
-The CLI pairs run three times per round: as `make synth` does (the CDK's built-in template validation on, the
-SageMaker SDK's results served from the synth cache, stacks/synth_cache.py: the headline figure), with the synth cache
-off (SYNTH_CACHE=off: what a fresh clone's first synth pays), and with `--no-validation` on both sides, so that the
-ratio is seen every way.
+The CLI pairs run three times per round: as `make synth` does (the CDK's template validation on, the SageMaker SDK's
+results and the validation's reports served from the synth cache, stacks/synth_cache.py: the headline figure), with
+the synth cache off (SYNTH_CACHE=off: what a fresh clone's first synth pays), and with `--no-validation` on both
+sides, so that the ratio is seen every way.
 
 The breakdown runs app.py's build in fresh interpreters (bench/synth_phases.py), as the CLI does: once as it is
 (with timers, and with a warm second build that shows what is one-time loading), once per variant with one part

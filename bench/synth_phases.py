@@ -265,10 +265,8 @@ def build_once(
     check: Callable[[Any], None] | None = None,
 ) -> Build:
     """Build and synthesize the app as app.py does; `check` replaces stacks.compliance.check for this build."""
-    from aws_cdk import App
-
     import app as cdk_app
-    from stacks import compliance
+    from stacks import compliance, template_validation
     from stacks.config import load_config
 
     original_check = compliance.check
@@ -280,8 +278,10 @@ def build_once(
         with timeline.phase("load and validate the config"):
             config = load_config(config_path)
         with timeline.phase("build the app (every stage, stack and construct)"):
-            app = App(context=_cdk_context(), outdir=str(outdir), builtin_cloud_formation_validation=validation)
+            app = template_validation.new_app(context=_cdk_context(), outdir=str(outdir))
             cdk_app.build_app(app, config, config_path=cdk_app.relative_to_repo(config_path))
+            if validation:
+                template_validation.install(app)
         constructed = time.perf_counter()
         with timeline.phase("app.synth(): aspects (the checks), validation, templates"):
             app.synth()
@@ -328,7 +328,7 @@ def _without_extra_packs() -> Callable[[], None]:
 # as every `cdk synth` does, so its difference from "as-app" includes the one-time loading of what it drops.
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "as-app": ("as app.py", {}),
-    "no-validation": ("built-in template validation off (CDK_VALIDATION=false)", {"validation": False}),
+    "no-validation": ("template validation off (CDK_VALIDATION=false)", {"validation": False}),
     "no-synth-cache": ("synth cache off (SYNTH_CACHE=off: the SageMaker SDK imported, its definitions and image "
                        "lookups made)", {"environment": {"SYNTH_CACHE": "off"}}),
     "no-checks": ("no cdk-nag checks (stacks.compliance.check skipped: no acknowledgements, none of the 3 packs)",

@@ -80,12 +80,14 @@ def markdown(result: SynthResult) -> str:
         "a one-stack, one-bucket app in a temporary folder with the same virtualenv and cdk.json flags, run in "
         "alternation (whole, minimal, whole, minimal, ...), with the Makefile's environment (telemetry and version "
         "check off, CDK_HOME in the repo, node_modules/.bin first on PATH). The whole app runs as `make synth` does: "
-        "the SageMaker SDK's pipeline definitions and image URIs read from the synth cache (stacks/synth_cache.py, "
-        "filled by the runs before, as by a person's earlier synth); each round also runs it with the cache off "
+        "the SageMaker SDK's pipeline definitions and image URIs, and the template validation's reports, read from the "
+        "synth cache (stacks/synth_cache.py, filled by the runs before, as by a person's earlier synth); each round "
+        "also runs it with the cache off "
         "(`SYNTH_CACHE=off`: the SDK imported and run, as on a fresh clone), and both apps with `--no-validation` "
         "(the CDK's built-in CloudFormation template validation off, on both sides). Every check stays on in the "
-        "headline: the three cdk-nag packs, the built-in validation, and definitions that are the SDK's output "
-        "byte for byte. Wall time is what a person waits; CPU time (user + "
+        "headline: the three cdk-nag packs, the CDK's template validation (its report the engine's, for the same "
+        "template bytes), and definitions that are the SDK's output byte for byte. Wall time is what a person "
+        "waits; CPU time (user + "
         "system of the whole process tree: the CLI, Python and jsii's node) is what the work costs, and moves far "
         "less when other processes share the machine.",
         "",
@@ -298,10 +300,10 @@ def _hotspots(result: SynthResult) -> list[str]:
         "",
         "### What was cut, and where the time goes now",
         "",
-        f"Five cuts this benchmark found are in the app now. Before the first two (`make bench` on "
+        f"Six cuts this benchmark found are in the app now. Before the first two (`make bench` on "
         f"{before['date']}) the whole app took {before['whole_seconds']:.1f} s, {before['ratio']:.2f}x the "
         f"minimal app's {before['minimal_seconds']:.1f} s; in this run it takes {whole:.1f} s, "
-        f"{result.ratio_wall.median:.2f}x the minimal app's {minimal:.1f} s. All five leave the cloud assembly "
+        f"{result.ratio_wall.median:.2f}x the minimal app's {minimal:.1f} s. All six leave the cloud assembly "
         "byte-identical (the first two checked for the default, promotion and BLOOM configs when they were applied, "
         "the last two for the default and promotion configs; the cache by tests/stacks/test_synth_cache.py and by "
         "this run, above), and no check is lost.",
@@ -345,6 +347,14 @@ def _hotspots(result: SynthResult) -> list[str]:
         "ends, instead of waiting for node's exit (0.86 s measured) and the interpreter's teardown of the app's "
         "modules and jsii objects (0.8 s): the CLI waits for neither now. Node still ends by itself; its CPU time "
         "is counted in the figures above (bench/synth.py reaps what outlives the CLI).",
+        "6. **The CDK's template validation through the synth cache** (stacks/template_validation.py): the app is "
+        "made with the built-in CloudFormation Validate plugin off and a plugin of the same name in its place, which "
+        "runs the real one on a miss and keeps its report under the sha256 of the templates' bytes, accounts and "
+        "regions (and the installed aws-cdk-lib, which bundles the engine); a hit returns that report, so the "
+        "validation-report.json is the same file either way (tests/stacks/test_template_validation.py compares it "
+        "with the built-in plugin's, violations included). The engine's start and checks (about 3 s) are paid only "
+        "when a template changed: switching validation off now saves "
+        f"{_saving_text(_saving(result, 'no-validation', WALL, by_app=True))} s wall.",
         *_remaining(result, app),
         *_target(result),
     ]

@@ -123,10 +123,16 @@ def canonical(value: Any) -> Any:
     )
 
 
-def key(function: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> str:
+def _name(function: Callable[..., Any] | str) -> str:
+    return function if isinstance(function, str) else f"{function.__module__}.{function.__qualname__}"
+
+
+def key(function: Callable[..., Any] | str, args: tuple, kwargs: dict[str, Any]) -> str:
+    """The entry's key: `function` (or a name standing for a computation) with its arguments, the code, the
+    environment."""
     call = {
         "format": FORMAT,
-        "function": f"{function.__module__}.{function.__qualname__}",
+        "function": _name(function),
         "args": canonical(list(args)),
         "kwargs": canonical(kwargs),
         "code": code_fingerprint(),
@@ -155,10 +161,10 @@ def _read(path: Path, expected_key: str, name: str) -> Any:
     return _MISSING
 
 
-def _write(path: Path, entry_key: str, function: Callable[..., Any], value: Any) -> None:
+def _write(path: Path, entry_key: str, function: Callable[..., Any] | str, value: Any) -> None:
     entry = {
         "key": entry_key,
-        "function": f"{function.__module__}.{function.__qualname__}",
+        "function": _name(function),
         "sha256": _checksum(value),
         "value": value,
     }
@@ -182,22 +188,30 @@ def on_disk(function: F) -> F:
 
     @functools.wraps(function)
     def cached(*args: Any, **kwargs: Any) -> Any:
-        folder = directory()
-        if folder is None:
-            return function(*args, **kwargs)
-        entry_key = key(function, args, kwargs)
-        path = folder / entry_key[:2] / f"{entry_key}.json"
-        value = _read(path, entry_key, function.__name__)
-        if value is not _MISSING:
-            counts.hits[function.__name__] += 1
-            return value
-        value = function(*args, **kwargs)
-        counts.misses[function.__name__] += 1
-        if json.loads(json.dumps(value)) != value:  # a tuple would come back from disk as a list
-            raise TypeError(
-                f"{function.__qualname__} returned a {type(value).__name__}, which JSON does not keep as is"
-            )
-        _write(path, entry_key, function, value)
-        return value
+        return _cached(function, function.__name__, args, kwargs, lambda: function(*args, **kwargs))
 
     return cached  # type: ignore[return-value]
+
+
+def compute_once(name: str, inputs: Any, compute: Callable[[], Any]) -> Any:
+    """`compute()`'s JSON-serializable result for `inputs`, which must determine it wholly (with the code and the
+    environment the key adds): read from the cache, or computed and stored. `name` tells computations apart."""
+    return _cached(name, name.rsplit(".", 1)[-1], (inputs,), {}, compute)
+
+
+def _cached(function: Callable[..., Any] | str, label: str, args: tuple, kwargs: dict[str, Any], compute: Any) -> Any:
+    folder = directory()
+    if folder is None:
+        return compute()
+    entry_key = key(function, args, kwargs)
+    path = folder / entry_key[:2] / f"{entry_key}.json"
+    value = _read(path, entry_key, label)
+    if value is not _MISSING:
+        counts.hits[label] += 1
+        return value
+    value = compute()
+    counts.misses[label] += 1
+    if json.loads(json.dumps(value)) != value:  # a tuple would come back from disk as a list
+        raise TypeError(f"{_name(function)} returned a {type(value).__name__}, which JSON does not keep as is")
+    _write(path, entry_key, function, value)
+    return value

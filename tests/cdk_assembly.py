@@ -84,14 +84,14 @@ def cdk_context() -> dict[str, Any]:
 
 def synthesize(config_path: Path, outdir: Path, *, release: str = "", only_stage: str | None = None) -> Assembly:
     """Build the app the way app.py does (cdk-nag included) and read back what it wrote."""
-    from aws_cdk import App
-
     import app as cdk_app
+    from stacks import template_validation
     from stacks.config import load_config
 
-    app = App(context=cdk_context(), outdir=str(outdir))
+    app = template_validation.new_app(context=cdk_context(), outdir=str(outdir))
     config = load_config(config_path, only_stage=only_stage)
     cdk_app.build_app(app, config, config_path=cdk_app.relative_to_repo(config_path), release=release)
+    template_validation.install(app)
     error = None
     try:
         app.synth()
