@@ -7,8 +7,10 @@
     python -m bench --output /tmp/BENCHMARKS.md      # somewhere else
 
 Each section is measured on its own; a section that fails is reported as failed in the file (with the error) and
-makes the command exit 1, without losing the others. The GPU figures come from `make bench-gpu` (bench/gpu.py),
-which fills the GPU section of the same file; this command keeps that section as it is.
+makes the command exit 1, without losing the others. With --only, the sections not measured (and their summary rows)
+are kept from the file as it was (bench/earlier_report.py); each section says when it was measured. The GPU figures
+come from `make bench-gpu` (bench/gpu.py), which fills the GPU section of the same file; this command keeps that
+section as it is.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import machine
+from bench import earlier_report, machine
 from bench.gpu import GPU_END, GPU_START
 from bench.synth import MAKE_ENVIRONMENT
 
@@ -50,16 +52,21 @@ def gpu_section(path: Path) -> str:
     return f"{GPU_START}\n{GPU_PLACEHOLDER}{GPU_END}\n"
 
 
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
 def machine_table(description: dict[str, str]) -> str:
     return "\n".join(["| | |", "|---|---|", *[f"| {key} | {value} |" for key, value in description.items()]])
 
 
 class Report:
-    """Sections in order, each with the load average around it and its wall time."""
+    """Sections by name (earlier_report.HEADINGS), each with when it ran, the load average around it and its wall
+    time; their rows of the summary table."""
 
     def __init__(self) -> None:
-        self.sections: list[str] = []
-        self.summary: list[tuple[str, str, str]] = []  # (figure, target, result)
+        self.sections: dict[str, str] = {}
+        self.summary: list[tuple[str, str, str, str]] = []  # (section, figure, target, result)
         self.failed: list[str] = []
 
     def measure(self, name: str, body: Callable[[], str]) -> None:
@@ -72,10 +79,10 @@ class Report:
             self.failed.append(name)
             text = f"## {name}\n\nFAILED: {type(error).__name__}: {error}\n\n```\n{traceback.format_exc()[-3000:]}```\n"
         elapsed = time.perf_counter() - started
-        self.sections.append(
+        self.sections[name] = (
             text.rstrip("\n")
-            + f"\n\n_Section measured in {elapsed:.0f} s; 1-minute load average {load_before:.2f} before, "
-            f"{os.getloadavg()[0]:.2f} after (2 = both cores busy)._\n"
+            + f"\n\n_Section measured on {_now()} in {elapsed:.0f} s; 1-minute load average {load_before:.2f} "
+            f"before, {os.getloadavg()[0]:.2f} after (2 = both cores busy)._\n"
         )
         log(f"{name}: done in {elapsed:.0f} s")
 
@@ -91,6 +98,7 @@ def run_sections(report: Report, only: set[str], runs: int, work: Path) -> None:
             synth_result = synth.run(work / "synth", runs=runs, log=log)
             report.summary.append(
                 (
+                    "synth",
                     "Synth, whole app / minimal app (wall, per interleaved pair)",
                     f"<= {synth.TARGET_RATIO}x",
                     f"{synth_result.ratio_wall.median:.2f}x ({synth_result.ratio_wall.runs} pairs, "
@@ -109,6 +117,7 @@ def run_sections(report: Report, only: set[str], runs: int, work: Path) -> None:
             ratio = result.request_over_inner
             report.summary.append(
                 (
+                    "handler",
                     "Inference: HTTP request / its model.generate",
                     f"<= {handler.TARGET_RATIO}x",
                     f"{ratio.median:.4f}x ({ratio.runs} requests, {ratio.low:.4f}-{ratio.high:.4f}); "
@@ -124,6 +133,7 @@ def run_sections(report: Report, only: set[str], runs: int, work: Path) -> None:
             result = training.run(log=log)
             report.summary.append(
                 (
+                    "training",
                     "Training: train.py time per step / bare PyTorch loop",
                     f"<= {training.TARGET_RATIO}x",
                     f"{result.ratio.median:.3f}x ({result.ratio.runs} pairs, {result.ratio.low:.3f}-"
@@ -143,6 +153,7 @@ def run_sections(report: Report, only: set[str], runs: int, work: Path) -> None:
             identical = all(len(archive.sha256) == 1 for archive in result.archives)
             report.summary.append(
                 (
+                    "artifacts",
                     "Artifacts: same bytes on every build; two syntheses identical",
                     "identical",
                     ("archives identical" if identical else "ARCHIVES DIFFER")
@@ -159,13 +170,14 @@ def run_sections(report: Report, only: set[str], runs: int, work: Path) -> None:
 
         report.measure("artifacts", do_artifacts)
     if "cold-start" in only:
-        report.measure("cold start", lambda: cold_start.markdown(cold_start.run()))
+        report.measure("cold-start", lambda: cold_start.markdown(cold_start.run()))
     if "suite" in only:
 
         def do_suite() -> str:
             result = suite.run(log=log)
             report.summary.append(
                 (
+                    "suite",
                     "Test suite wall time after set-up",
                     f"< {suite.TARGET_SECONDS:.0f} s",
                     f"{result.wall.median:.0f} s ({result.wall.runs} run); {result.summary}",
@@ -173,7 +185,7 @@ def run_sections(report: Report, only: set[str], runs: int, work: Path) -> None:
             )
             return suite.markdown(result)
 
-        report.measure("test suite", do_suite)
+        report.measure("suite", do_suite)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, str(REPO_ROOT))
 
     started = time.perf_counter()
+    earlier = earlier_report.read(args.output, GPU_START)
     report = Report()
     with tempfile.TemporaryDirectory(prefix="bench-") as scratch:
         run_sections(report, only, args.runs, Path(scratch))
@@ -208,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
                 setup = "n/a" if result.setup_seconds is None else f"{result.setup_seconds:.0f} s"
                 report.summary.append(
                     (
+                        "fresh clone",
                         "Fresh clone: set-up of make test (then make test itself)",
                         "",
                         f"{setup} (then {result.test_seconds:.0f} s); 1 run",
@@ -216,18 +230,30 @@ def main(argv: list[str] | None = None) -> int:
                 return suite.clone_markdown(result)
 
             report.measure("fresh clone", do_clone)
-        else:
-            report.sections.append(suite.clone_markdown(None))
+        elif "fresh clone" not in earlier.sections:
+            report.sections["fresh clone"] = suite.clone_markdown(None)
     elapsed = time.perf_counter() - started
 
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    measured = [*sorted(only), *(["fresh clone"] if args.fresh_clone else [])]
+    # What this run did not measure stays as the file had it.
+    kept = [name for name in earlier_report.HEADINGS if name not in report.sections and name in earlier.sections]
+    sections = {name: report.sections.get(name) or earlier.sections.get(name) for name in earlier_report.HEADINGS}
+    ours: dict[str, list[str]] = {}
+    for section, figure, target, result in report.summary:
+        ours.setdefault(section, []).append(f"| {figure} | {target} | {result} |")
+    summary = [
+        row
+        for name in earlier_report.HEADINGS
+        for row in (ours.get(name, []) if name in report.sections else earlier.summary.get(name, []))
+    ]
     header = [
         "# Benchmarks",
         "",
-        f"Generated by `make bench` ({now}, {elapsed / 60:.1f} minutes; sections: {', '.join(sorted(only))}"
-        f"{', fresh clone' if args.fresh_clone else ''}). Every figure comes from runs measured side by side on "
-        "one machine, with its run count, median and spread (lowest-highest, and (highest-lowest)/median). Other "
-        "work on the machine shows in the load average printed under each section.",
+        f"Generated by `make bench` ({_now()}, {elapsed / 60:.1f} minutes; sections: {', '.join(measured)})"
+        + (f", the other sections kept from an earlier run ({', '.join(kept)})" if kept else "")
+        + ". Every figure comes from runs measured side by side on one machine, with its run count, median and "
+        "spread (lowest-highest, and (highest-lowest)/median). Other work on the machine shows in the load average "
+        "printed under each section.",
         "",
         "## Machine",
         "",
@@ -237,11 +263,12 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "| figure | target | result |",
         "|---|---|---|",
-        *[f"| {figure} | {target} | {result} |" for figure, target, result in report.summary],
+        *summary,
     ]
     if report.failed:
         header += ["", f"**Failed sections: {', '.join(report.failed)}** (details below)."]
-    text = "\n".join(header) + "\n\n" + "\n".join(report.sections) + "\n" + gpu_section(args.output)
+    body = "\n".join(text for text in sections.values() if text)
+    text = "\n".join(header) + "\n\n" + body + "\n" + gpu_section(args.output)
     args.output.write_text(text)
     log(f"wrote {args.output} in {elapsed / 60:.1f} minutes")
     return 1 if report.failed else 0
