@@ -264,7 +264,7 @@ MODELS: dict[str, Model] = {
         Model("gpt-neox-20b", "EleutherAI/gpt-neox-20b", "gpt_neox", 20_554_567_680, 44, 6144, 64, 2048, 50432, True,
               license="apache-2.0"),
         Model("opt-30b", "facebook/opt-30b", "opt", 29_974_865_920, 48, 7168, 56, 2048, 50272, True,
-              license="other"),
+              tied_embeddings=True, license="other"),
         Model("bloom-176b", "bigscience/bloom", "bloom", 176_247_271_424, 70, 14336, 112, 2048, 250880, True,
               BLOOM_CHECKPOINTS, tied_embeddings=True, license="bigscience-bloom-rail-1.0"),
         *CURRENT_MODELS,

@@ -18,8 +18,18 @@ the token embedding (first in order) or the LM head (last). So the spread fits w
     base weights + largest part + min(N - 1, 2) x largest part + max(N - 3, 0) x layer
         <= (N - 1) x min(capacity, weights / N + 1.25 x layer) + capacity
 a bound a test checks against accelerate's own placement at the smallest capacity it accepts.
-Host memory while loading: whole, from_pretrained reads the base into host memory first; spread, each weight goes
-from its checkpoint shard to its GPU, one shard at a time.
+Host memory while loading (one process; training/finetune/backends/lora.py load_adapter_model): whole on one GPU,
+from_pretrained (low_cpu_mem_usage, no device_map) builds the whole bf16 base in host memory and evaluate.py then moves
+it to the GPU; spread, each weight goes from its checkpoint shard straight to its GPU, one shard at a time; a QLoRA
+base is quantized onto its GPU shard by shard the same way. Sized as the training host check sizes a rank: the
+weights held at the peak plus sizing.HOST_OVERHEAD_GIB, within sizing.USABLE_HOST_FRACTION of the instance's memory.
+GPUs: Ampere or newer (bf16 arithmetic). evaluate.py loads the base in its stored dtype, sized here as bf16, the
+current models'. A T4 or V100 runs bf16 without an error (torch.cuda.is_bf16_supported counts emulation) but emulated,
+at about a tenth of its fp16 speed (torch's bf16 GEMM measured at 2.2 TFLOPS on a T4, fp16 at 20.4:
+MakazhanAlpamys/Soup#714), so the cheapest-first list would open with the slowest and, per evaluation, dearest
+instance (for QLoRA a g4dn.xlarge, which its own bf16 check refuses). For the current models no pre-Ampere processing
+instance holds the base for less than an Ampere one; the rule is per GPU because the catalog does not record stored
+dtypes, so it also refuses T4s for the older fp16 models, of which only gpt-j-6b would cost less per hour on one.
 """
 
 from __future__ import annotations
@@ -57,6 +67,7 @@ class EvaluateFit:
     layer_gib: float  # one transformer layer
     largest_gib: float  # the largest part accelerate places whole: a layer, the token embedding or the LM head
     spreads: bool  # whether evaluate.py spreads this base over GPUs (bf16, not QLoRA's 4-bit)
+    stored_gib: float  # the base as its checkpoint holds it (bf16), what host memory reads
 
     @property
     def capacity_gib(self) -> float:
@@ -90,9 +101,25 @@ class EvaluateFit:
         return self.whole or self.spread
 
     @property
-    def host_gib(self) -> float:
-        """Host memory while the base loads."""
-        return (SHARD_GIB if self.spread else self.weights_gib) + sizing.HOST_OVERHEAD_GIB
+    def host(self) -> sizing.HostFit:
+        """Host memory while the base loads (the module's rule)."""
+        if self.spread or not self.spreads:
+            weights = min(self.stored_gib, SHARD_GIB)
+            loading = (
+                "each weight goes from its checkpoint shard to its GPU"
+                if self.spread
+                else "the 4-bit base is quantized onto the GPU"
+            ) + ", one checkpoint shard at a time"
+        else:
+            weights = self.stored_gib
+            loading = "from_pretrained builds the whole bf16 base in host memory, then evaluate.py moves it to the GPU"
+        capacity = self.instance.host_memory_gib * sizing.USABLE_HOST_FRACTION
+        return sizing.HostFit(weights, sizing.HOST_OVERHEAD_GIB, 1, capacity, loading)
+
+    @property
+    def runs(self) -> bool:
+        """Whether the Evaluate step holds the base here: bf16 GPUs, the base on them, and its load in host memory."""
+        return self.instance.gpu.bf16 and self.fits and self.host.fits
 
     def describe(self) -> str:
         gpu = self.instance.gpu
@@ -126,22 +153,22 @@ def evaluate_fit(training: Any, instance: InstanceType | None = None, method: st
         layer,
         max(layer, embedding),
         method == "lora",
+        base_weights_gib(model, "lora", "bf16"),
     )
 
 
 def fitting_instances(training: Any, method: str | None = None) -> list[InstanceType]:
     """The instance types the Evaluate step would hold the base on (for training.method or `method`), cheapest first:
-    offered by CreateProcessingJob, with a processing image the SDK knows, and the host memory to load it."""
+    offered by CreateProcessingJob, with a processing image the SDK knows, where the step runs (EvaluateFit.runs: bf16
+    GPUs, and the memory to load and hold the base)."""
     from stacks import api_limits
     from stacks.catalog import aws_limits, images
 
     offered = aws_limits.constraint("sagemaker:CreateProcessingJob:ProcessingResources.ClusterConfig.InstanceType")
     fitting = []
     for instance in INSTANCE_TYPES.values():
-        fit = evaluate_fit(training, instance, method)
         if (
-            fit.fits
-            and fit.host_gib <= instance.host_memory_gib * sizing.USABLE_HOST_FRACTION
+            evaluate_fit(training, instance, method).runs
             and api_limits.violation(offered, instance.name) is None
             and images.processing_instance_problem(instance.name) is None
         ):
@@ -149,25 +176,48 @@ def fitting_instances(training: Any, method: str | None = None) -> list[Instance
     return sorted(fitting, key=lambda instance: instance.hourly_usd)
 
 
+def _cheapest(training: Any) -> str | None:
+    """The cheapest instance types the Evaluate step runs on, in words."""
+    fitting = fitting_instances(training)
+    if not fitting:
+        return None
+    names = ", ".join(
+        f"{t.name} ({'whole on one GPU' if evaluate_fit(training, t).whole else f'over its {t.gpu_count} GPUs'})"
+        for t in fitting[:3]
+    )
+    return f"{names} (cheapest first)"
+
+
 def check(training: Any) -> None:
-    """ValueError, naming evaluate_instance_type, the sizes and the types that would do, when the base does not fit."""
+    """ValueError, naming evaluate_instance_type, the sizes and the types that would do, where the Evaluate step does
+    not run (EvaluateFit.runs)."""
     from stacks.config.adapters import base_weights_gib
 
     fit = evaluate_fit(training)
-    if fit.fits:
+    if fit.runs:
         return
+    instance, cheapest = fit.instance, _cheapest(training)
+    instead = f"use an instance type that holds it, e.g. {cheapest}" if cheapest else ""
+    if not instance.gpu.bf16:
+        raise ValueError(
+            f"evaluate_instance_type: {instance.name} has {instance.gpu.model} GPUs, without bf16 arithmetic, and the "
+            "Evaluate step is sized and run for a bf16 base (the current models' stored dtype), which torch runs on "
+            "them only emulated, at about a tenth of their fp16 speed; use Ampere or newer GPUs (g5, g6, g6e)"
+            + (f", e.g. {cheapest}" if cheapest else "")
+        )
+    if fit.fits:
+        raise ValueError(
+            f"evaluate_instance_type: {training.model}'s base does not load on {instance.name} "
+            f"({instance.host_memory_gib} GiB of host memory): the Evaluate step needs {fit.host.describe()}; "
+            + (instead or "no instance type a processing job runs on has the memory for it")
+        )
     holds = "on one GPU (a 4-bit base is not spread over GPUs)" if training.method == "qlora" else ""
     message = (
         f"evaluate_instance_type: the Evaluate step holds {training.model}'s base weights with the adapter"
         f"{' ' + holds if holds else ''}: {fit.describe()}; "
     )
-    fitting = fitting_instances(training)
-    if fitting:
-        names = ", ".join(
-            f"{t.name} ({'whole on one GPU' if evaluate_fit(training, t).whole else f'over its {t.gpu_count} GPUs'})"
-            for t in fitting[:3]
-        )
-        raise ValueError(message + f"use an instance type that holds it, e.g. {names} (cheapest first)")
+    if instead:
+        raise ValueError(message + instead)
     message += (
         "no instance type a processing job runs on holds it (CreateProcessingJob offers no p4d, p4de or p5.48xlarge)"
     )

@@ -248,6 +248,15 @@ def check_sharding(training: Any) -> None:
             f"smp: {training.instance_count} x {training.instance_type} runs one process, so there is no GPU to "
             "shard the base over: remove training.smp (the base whole on the GPU), or use more GPUs"
         )
+    if training.catalog_model.tied_embeddings:
+        # train.py refuses it at start-up (finetune/backends/lora_fsdp.py create_model), after the job has started.
+        raise ValueError(
+            f"smp: {training.model} ties its input and output embeddings (tie_word_embeddings), and train.py's LoRA "
+            "over a base FSDP shards refuses such a model: the ranks that build it on the meta device would hold the "
+            "two as separate tensors, so FSDP's shards would differ between ranks. Remove training.smp to train "
+            "under DDP (the whole base on every GPU, for a base one GPU holds), or choose a model without tied "
+            "embeddings"
+        )
 
 
 def _fitting_shard_degree(training: Any) -> int | None:

@@ -44,7 +44,10 @@ class SmpConfig(_Strict):
     prescaled_batch: bool = True
     delayed_parameter_initialization: bool = False
     hybrid_shard_degree: int = Field(
-        default=0, ge=0, description="SMP v2 only: GPUs a model copy is sharded over (0: all of the job's GPUs)"
+        default=0,
+        ge=0,
+        description="SMP v2 only: GPUs a model copy is sharded over, a divisor of the GPUs / tensor_parallel_degree "
+        "(0: all of those)",
     )
 
 
@@ -170,7 +173,8 @@ class TrainingConfig(_Strict):
             tensor_parallel_degree=smp.tensor_parallel_degree,
             pipeline_parallel_degree=smp.pipeline_parallel_degree,
             data_parallel_degree=max(self.data_parallel_degree, 1),
-            shard_optimizer_state=smp.shard_optimizer_state,
+            # An SMP v1 key: SMP v2's job is not given it, and hybrid_shard_degree 1 (NO_SHARD) keeps every state whole.
+            shard_optimizer_state=smp.shard_optimizer_state and smp.version == 1,
             # SMP v2's hybrid_shard_degree 0 shards over every data-parallel rank: FSDP's FULL_SHARD over all GPUs
             # with tensor parallel degree 1, else the largest degree tensor parallelism leaves (the SMP v2 reference).
             sharded_data_parallel_degree=smp.sharded_data_parallel_degree
@@ -255,9 +259,27 @@ class TrainingConfig(_Strict):
             )
         if self.precision == "fp16":
             raise ValueError("SMP v2 (FSDP) trains in bf16 or fp32, not fp16: set precision bf16")
-        if smp.hybrid_shard_degree and self.world_size % smp.hybrid_shard_degree:
+        # SMP v2 shards over the data-parallel ranks tensor parallelism leaves (world size / tensor parallel degree):
+        # 0 is "the largest possible hybrid_shard_degree based on tensor_parallel_degree and world_size", and AWS's
+        # reference configurations multiply to the GPUs (distributed-model-parallel-v2-reference,
+        # model-parallel-best-practices-v2). Any other degree must divide those ranks into whole shard groups.
+        degree, tp = smp.hybrid_shard_degree, smp.tensor_parallel_degree
+        data_parallel = self.world_size // tp
+        if degree and data_parallel % degree:
+            ranks = (
+                f"the {self.world_size} processes"
+                if tp == 1
+                else f"the {data_parallel} data-parallel ranks that smp.tensor_parallel_degree {tp} leaves of the "
+                f"{self.world_size} processes"
+            )
+            # 1 under adapters is the DDP run, which has no training.smp (config/adapters.py).
+            divisors = [
+                d for d in range(1, data_parallel + 1) if data_parallel % d == 0 and (d > 1 or self.method == "full")
+            ]
             raise ValueError(
-                f"smp.hybrid_shard_degree {smp.hybrid_shard_degree} does not divide the {self.world_size} processes"
+                f"smp.hybrid_shard_degree {degree} does not divide {ranks}: SMP v2 shards the model over those "
+                f"ranks{' (each holding a tensor-parallel slice)' if tp > 1 else ''}, so the degree must divide "
+                f"{data_parallel}; use one of {divisors}, or 0 for {data_parallel}"
             )
 
     @model_validator(mode="after")

@@ -70,3 +70,10 @@ def test_the_make_targets_and_llmp_commands_named_exist(page):
 def test_the_readme_table_has_every_model_of_the_catalog():
     table = README.read_text().split("## Models and methods", 1)[1].split("\n## ", 1)[0]
     assert [name for name in MODELS if f"`{name}`" not in table] == []
+
+
+def test_the_configuration_page_lists_every_example_config():
+    page = (REPO / "docs" / "configuration.md").read_text()
+    table = page.split("Examples to start from", 1)[1].split("\nEvery key", 1)[0]
+    listed = set(re.findall(r"`(?:config/examples/)?([\w.-]+\.yaml)`", table))
+    assert {path.name for path in (REPO / "config" / "examples").glob("*.yaml")} <= listed

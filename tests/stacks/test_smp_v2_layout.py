@@ -62,3 +62,42 @@ def test_hybrid_shard_degree_0_with_tensor_parallelism_shards_over_what_it_leave
     config = training(tensor_parallel_degree=2)  # 8 GPUs: 2-way tensor parallel, so sharded 4 ways
     assert config.fit().model_states_gib == pytest.approx(LLAMA_8B / 2 * 16 / 4 / GIB)
     assert round(config.fit().model_states_gib, 1) == 15.0
+
+
+def test_a_shard_degree_within_what_tensor_parallelism_leaves_is_sized_by_hand() -> None:
+    # 8 GPUs, 4-way tensor parallel: 2 data-parallel ranks, each holding a quarter of every layer, shard over 2.
+    config = training(tensor_parallel_degree=4, hybrid_shard_degree=2)
+    assert config.fit().model_states_gib == pytest.approx(LLAMA_8B / 4 * 16 / 2 / GIB)
+    assert config.fit().model_states_gib == pytest.approx(training(tensor_parallel_degree=4).fit().model_states_gib)
+    # hybrid_shard_degree 1 with tensor parallelism: NO_SHARD within each tensor-parallel group (the reference), every
+    # state whole: SMP v1's shard_optimizer_state (on by default) is not an SMP v2 key.
+    assert training(tensor_parallel_degree=4, hybrid_shard_degree=1).fit().model_states_gib == pytest.approx(
+        LLAMA_8B / 4 * 16 / GIB
+    )
+
+
+@pytest.mark.bad_input("config")
+@pytest.mark.parametrize(
+    ("smp", "message"),
+    [
+        # Sharded 8 ways on top of 8-way tensor parallelism would need 64 GPUs; the old estimate divided by 8 twice.
+        (
+            {"tensor_parallel_degree": 8, "hybrid_shard_degree": 8},
+            r"smp\.hybrid_shard_degree 8 does not divide the 1 data-parallel ranks that smp\.tensor_parallel_degree 8 "
+            r"leaves of the 8 processes: SMP v2 shards the model over those ranks \(each holding a tensor-parallel "
+            r"slice\), so the degree must divide 1; use one of \[1\], or 0 for 1",
+        ),
+        (
+            {"tensor_parallel_degree": 2, "hybrid_shard_degree": 8},
+            r"smp\.hybrid_shard_degree 8 does not divide the 4 data-parallel ranks .*use one of \[1, 2, 4\], or 0 for 4",
+        ),
+        (
+            {"tensor_parallel_degree": 1, "hybrid_shard_degree": 3},
+            r"smp\.hybrid_shard_degree 3 does not divide the 8 processes: .*use one of \[1, 2, 4, 8\], or 0 for 8",
+        ),
+    ],
+    ids=["tp 8 x hsd 8 on 8 GPUs", "tp 2 x hsd 8 on 8 GPUs", "hsd 3 on 8 GPUs"],
+)
+def test_refuses_shard_degrees_beyond_what_tensor_parallelism_leaves(smp, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        training(**smp)

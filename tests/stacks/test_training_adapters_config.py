@@ -87,7 +87,7 @@ REJECTED = [
      r"smp\.version 1: training\.method lora shards the base with SMP v2 \(FSDP\); SMP v1's image has Python 3\.9, "
      r"where peft does not install .*set smp\.version 2"),
     ("a shard degree that does not divide the GPUs", dict(model="llama-3.1-8b", method="lora", smp={"version": 2, "hybrid_shard_degree": 3}, **P4D),
-     r"smp\.hybrid_shard_degree 3 does not divide the 8 processes"),
+     r"smp\.hybrid_shard_degree 3 does not divide the 8 processes: .*use one of \[2, 4, 8\], or 0 for 8"),
     ("a shard degree above the GPUs", dict(model="llama-3.1-8b", method="lora", smp={"version": 2, "hybrid_shard_degree": 16}, **P4D),
      r"smp\.hybrid_shard_degree 16 does not divide the 8 processes"),
     ("sharding over one GPU", dict(model="llama-3.1-8b", method="lora", smp={"version": 2, "hybrid_shard_degree": 1}, **P4D),
@@ -106,9 +106,14 @@ REJECTED = [
      r"evaluate_instance_type: the Evaluate step holds llama-3\.1-70b's base weights with the adapter: about 133\.4 GiB "
      r"with the runtime, more than the 21\.6 GiB usable of one A10G 24 GB of ml\.g5\.2xlarge; use an instance type "
      r"that holds it, e\.g\. ml\.g6e\.12xlarge \(over its 4 GPUs\)"),
-    ("OPT-30B: its base fits no GPU a processing job runs on, but spread over 4 it does", dict(model="opt-30b", method="lora", smp=SHARDED, evaluate_instance_type="ml.g6e.xlarge", **P4D),
+    ("OPT-30B: its base fits no GPU a processing job runs on, but spread over 4 it does", dict(model="opt-30b", method="lora", evaluate_instance_type="ml.g6e.xlarge", **{**P4D, "instance_type": "ml.p4de.24xlarge"}),
      r"about 57\.8 GiB with the runtime, more than the 43\.2 GiB usable of one L40S 48 GB of ml\.g6e\.xlarge; use an "
      r"instance type that holds it, e\.g\. ml\.g6\.12xlarge \(over its 4 GPUs\)"),
+    ("BLOOM's tied embeddings over a sharded base", dict(model="bloom-176b", method="lora", smp={"version": 2}, **{**P4D, "instance_type": "ml.p4de.24xlarge", "instance_count": 4, "train_batch_size": 1}),
+     r"smp: bloom-176b ties its input and output embeddings \(tie_word_embeddings\), and train\.py's LoRA over a base "
+     r"FSDP shards refuses such a model: .*Remove training\.smp to train under DDP"),
+    ("OPT's tied embeddings over a sharded base", dict(model="opt-30b", method="lora", smp=SHARDED, **P4D),
+     r"smp: opt-30b ties its input and output embeddings"),
     ("unknown method", dict(method="dora"), r"Input should be 'full', 'lora' or 'qlora'"),
     ("a target module the architecture lacks", dict(model="llama-3.1-8b", method="lora", lora={"target_modules": ["c_attn"]}, **G5),
      r"lora\.target_modules: c_attn is not a linear layer of llama models; choose from q_proj, k_proj"),
@@ -130,9 +135,9 @@ REJECTED = [
     ("GPT-NeoX-20B LoRA in fp16 under DDP on p4d: sharding fits, in bf16", dict(model="gpt-neox-20b", method="lora", evaluate_instance_type="ml.g6e.xlarge", **{**P4D, "precision": "fp16"}),
      r"gpt-neox-20b lora training does not fit ml\.p4d\.24xlarge .*shard the base: training\.smp \{version: 2, "
      r"hybrid_shard_degree: 2\} fits \(with precision bf16: SMP v2 does not train in fp16\)"),
-    ("an evaluate GPU too small, with a larger one to name", dict(model="llama-3.1-8b", method="lora", evaluate_instance_type="ml.g4dn.xlarge", **G5),
-     r"evaluate_instance_type: .* about 17\.0 GiB with the runtime, more than the 14\.4 GiB usable of one T4 16 GB of "
-     r"ml\.g4dn\.xlarge; use an instance type that holds it, e\.g\. ml\.g6\.2xlarge \(whole on one GPU\)"),
+    ("an evaluate GPU too small, with a larger one to name", dict(model="gpt-neox-20b", method="lora", evaluate_instance_type="ml.g5.2xlarge", **{**P4D, "instance_type": "ml.p4de.24xlarge", "train_batch_size": 1}),
+     r"evaluate_instance_type: .* about 40\.3 GiB with the runtime, more than the 21\.6 GiB usable of one A10G 24 GB of "
+     r"ml\.g5\.2xlarge; use an instance type that holds it, e\.g\. ml\.g6e\.2xlarge \(whole on one GPU\)"),
     ("a batch whose logits do not fit", dict(model="llama-3.1-8b", method="lora", **{**G5, "train_batch_size": 8}),
      r"llama-3\.1-8b lora training does not fit ml\.g5\.2xlarge .*activations"),
     ("2 processes on 4 GPUs (torchrun starts one per GPU)", dict(model="mistral-7b-v0.3", method="lora", processes_per_host=2, **{**G5, "instance_type": "ml.g5.12xlarge"}),
@@ -147,6 +152,15 @@ REJECTED = [
 def test_rejects_adapter_configs_that_cannot_run(fields, message) -> None:
     with pytest.raises(ValidationError, match=message):
         training(**fields)
+
+
+def test_the_catalog_records_the_tied_embeddings_train_py_refuses_under_fsdp() -> None:
+    # train.py's LoRA-over-FSDP backend refuses a model whose config ties its embeddings (tie_word_embeddings). The
+    # catalog's models keep their architecture's default: True in transformers' OPTConfig and BloomConfig, False in
+    # the others' (GPTJConfig, GPTNeoXConfig, LlamaConfig, MistralConfig, Qwen2Config; Qwen2.5's 7B and 72B too).
+    from stacks.catalog.models import MODELS
+
+    assert {name for name, model in MODELS.items() if model.tied_embeddings} == {"opt-30b", "bloom-176b"}
 
 
 def test_the_plan_describes_the_adapters_instead_of_an_smp_layout() -> None:

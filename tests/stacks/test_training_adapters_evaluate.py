@@ -42,14 +42,35 @@ def test_llama_70b_is_evaluated_spread_over_the_4_l40s_of_a_g6e_12xlarge_by_hand
     assert round(fit.spread_gib, 1) == 138.9 and round(fit.spread_capacity_gib, 1) == 145.7
     assert fit.spread and fit.fits
     # Host memory: each weight goes from its checkpoint shard straight to its GPU: one 5 GB shard at a time.
-    assert fit.host_gib == pytest.approx(5e9 / GIB + 3.0)
+    assert fit.host.total_gib == pytest.approx(5e9 / GIB + 3.0) and fit.host.fits
+
+
+NEOX = dict(model="gpt-neox-20b", method="lora", instance_type="ml.p4de.24xlarge", precision="bf16", train_batch_size=1)
+
+
+def test_the_host_memory_each_way_of_loading_needs_by_hand() -> None:
+    # Whole on one GPU: from_pretrained builds the whole bf16 base in host memory, then evaluate.py moves it to the
+    # GPU. GPT-NeoX-20B: 20,554,567,680 parameters x 2 bytes, plus the process's 3 GiB.
+    config = training(**NEOX, evaluate_instance_type="ml.g6e.2xlarge")
+    fit = evaluate_fit(config)
+    weights = 20_554_567_680 * 2 / GIB
+    assert fit.whole and fit.host.weights_per_rank_gib == pytest.approx(weights)
+    assert fit.host.total_gib == pytest.approx(weights + 3.0) and round(weights + 3.0, 1) == 41.3
+    assert fit.host.capacity_gib == pytest.approx(64 * 0.9) and fit.runs
+    # The same L40S holds it on a g6e.xlarge, whose 32 GiB of host memory do not.
+    small = evaluate_fit(config, INSTANCE_TYPES["ml.g6e.xlarge"])
+    assert small.whole and small.host.capacity_gib == pytest.approx(32 * 0.9)
+    assert not small.host.fits and not small.runs
+    # QLoRA: bitsandbytes quantizes each weight onto the GPU as it reads it, one 5 GB checkpoint shard at a time.
+    qlora = evaluate_fit(training(**{**NEOX, "method": "qlora"}, evaluate_instance_type="ml.g5.2xlarge"))
+    assert qlora.host.total_gib == pytest.approx(5e9 / GIB + 3.0)
 
 
 ACCEPTED = [
     ("Llama 3.1 70B over 8 L4s", dict(model="llama-3.1-70b", method="lora", smp=SHARDED, evaluate_instance_type="ml.g6.48xlarge", **P4D)),
     ("Qwen2.5 72B over 4 L40S", dict(model="qwen2.5-72b", method="lora", smp=SHARDED, evaluate_instance_type="ml.g6e.12xlarge", **P4D)),
     ("Qwen2.5 72B over 8 A10Gs", dict(model="qwen2.5-72b", method="lora", smp=SHARDED, evaluate_instance_type="ml.g5.48xlarge", **P4D)),
-    ("OPT-30B over 4 A10Gs", dict(model="opt-30b", method="lora", smp=SHARDED, evaluate_instance_type="ml.g5.12xlarge", **{**P4D, "train_batch_size": 2})),
+    ("OPT-30B over 4 A10Gs", dict(model="opt-30b", method="lora", evaluate_instance_type="ml.g5.12xlarge", **{**P4D, "instance_type": "ml.p4de.24xlarge", "train_batch_size": 2})),
     ("Llama 3.1 8B whole on one of 4 A10Gs", dict(model="llama-3.1-8b", method="lora", instance_type="ml.g5.2xlarge", precision="bf16", train_batch_size=2, evaluate_instance_type="ml.g5.12xlarge")),
 ]  # fmt: skip
 
@@ -72,6 +93,16 @@ REJECTED = [
      r"spread over the 4 GPUs of ml\.g6\.24xlarge .* it needs 144\.0 GiB of the 78\.4 GiB .*e\.g\. ml\.g6e\.12xlarge"),
     ("Llama 3.1 70B on one L40S", dict(model="llama-3.1-70b", method="lora", smp=SHARDED, evaluate_instance_type="ml.g6e.2xlarge", **P4D),
      r"more than the 43\.2 GiB usable of one L40S 48 GB of ml\.g6e\.2xlarge; use an instance type that holds it"),
+    ("GPT-NeoX-20B whole on one L40S, but not in a g6e.xlarge's 32 GiB of host memory", dict(**NEOX, evaluate_instance_type="ml.g6e.xlarge"),
+     r"evaluate_instance_type: gpt-neox-20b's base does not load on ml\.g6e\.xlarge \(32 GiB of host memory\): the "
+     r"Evaluate step needs 41\.3 GiB of 28\.8 GiB usable per instance \(1 rank x \(weights 38\.3 \+ process 3\.0\); "
+     r"from_pretrained builds the whole bf16 base in host memory, then evaluate\.py moves it to the GPU\); use an "
+     r"instance type that holds it, e\.g\. ml\.g6e\.2xlarge \(whole on one GPU\)"),
+    ("GPT-J-6B on a T4, which holds it but runs bf16 only emulated", dict(model="gpt-j-6b", method="lora", instance_type="ml.g5.2xlarge", precision="bf16", train_batch_size=2, evaluate_instance_type="ml.g4dn.xlarge"),
+     r"evaluate_instance_type: ml\.g4dn\.xlarge has T4 GPUs, without bf16 arithmetic, .*only emulated, at about a "
+     r"tenth of their fp16 speed; use Ampere or newer GPUs \(g5, g6, g6e\), e\.g\. ml\.g6\.xlarge \(whole on one GPU\)"),
+    ("Llama 3.1 8B spread over 4 T4s", dict(model="llama-3.1-8b", method="lora", instance_type="ml.g5.2xlarge", precision="bf16", train_batch_size=2, evaluate_instance_type="ml.g4dn.12xlarge"),
+     r"evaluate_instance_type: ml\.g4dn\.12xlarge has T4 GPUs, without bf16 arithmetic"),
     ("a 4-bit Qwen2.5 72B base is not spread, and fits no processing GPU", dict(model="qwen2.5-72b", method="qlora", instance_type="ml.p4de.24xlarge", precision="bf16", train_batch_size=1),
      r"holds qwen2\.5-72b's base weights with the adapter on one GPU \(a 4-bit base is not spread over GPUs\): about "
      r"45\.0 GiB .*no instance type a processing job runs on holds it \(CreateProcessingJob offers no p4d, p4de or "
@@ -98,6 +129,35 @@ def test_the_named_instance_types_are_processing_types_that_hold_the_base_cheape
     assert not {"ml.p4d.24xlarge", "ml.p4de.24xlarge", "ml.p5.48xlarge"} & set(names)
     prices = [INSTANCE_TYPES[name].hourly_usd for name in names]
     assert prices == sorted(prices)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(**NEOX, evaluate_instance_type="ml.g6e.2xlarge"),
+        dict(model="llama-3.1-8b", method="qlora", instance_type="ml.g5.2xlarge", precision="bf16", train_batch_size=2),
+    ],
+    ids=["gpt-neox-20b lora", "llama-3.1-8b qlora"],
+)
+def test_synth_accepts_exactly_the_evaluate_instance_types_it_names(fields) -> None:
+    named = {instance.name for instance in fitting_instances(training(**fields))}
+    accepted = set()
+    for name in INSTANCE_TYPES:
+        try:
+            training(**{**fields, "evaluate_instance_type": name})
+        except ValidationError:
+            continue
+        accepted.add(name)
+    assert accepted == named
+    # Neither a GPU that holds the base with too little host memory (GPT-NeoX-20B on a g6e.xlarge), nor one without
+    # bf16 arithmetic (QLoRA's 4-bit Llama 3.1 8B fits a T4's g4dn.xlarge, the cheapest, which its own check refuses).
+    assert not {name for name in named if not INSTANCE_TYPES[name].gpu.bf16}
+    if fields["method"] == "lora":
+        assert evaluate_fit(training(**fields), INSTANCE_TYPES["ml.g6e.xlarge"]).fits
+        assert "ml.g6e.xlarge" not in named and "ml.g6e.2xlarge" in named
+    else:
+        assert evaluate_fit(training(**fields), INSTANCE_TYPES["ml.g4dn.xlarge"]).fits
+        assert sorted(named, key=lambda name: INSTANCE_TYPES[name].hourly_usd)[0] == "ml.g6.xlarge"
 
 
 def test_the_70b_example_loads_with_the_figures_its_comments_give() -> None:

@@ -30,6 +30,19 @@ def llama_lora(**fields) -> TrainingConfig:
     )
 
 
+def parsed_flags(hyperparameters: dict) -> object:
+    """train.py's parse of a Train step's hyperparameters (the SMP layout aside), each a flag it knows."""
+    ours = {k for k in hyperparameters if not k.startswith("sagemaker_") and k != "mp_parameters"}
+    assert ours <= set(HYPERPARAMETER_NAMES)
+    argv = []
+    for name in sorted(ours):
+        value = hyperparameters[name]
+        value = "100" if isinstance(value, dict) else str(json.loads(value))  # pipeline variables: a stand-in value
+        argv += [f"--{name}", value]
+    parsed, _ = parse_hyperparameters([*argv, "--pretrained_dir", "/opt/ml/input/data/model"], environ={})
+    return parsed
+
+
 @cache
 def lora_definition() -> dict:
     return definition(llama_lora(lora={"r": 8, "alpha": 16, "target_modules": ["q_proj", "v_proj"]}))
@@ -61,14 +74,7 @@ def test_several_gpus_train_under_torchrun() -> None:
 
 def test_every_flag_of_an_adapter_stage_is_one_train_py_accepts() -> None:
     hyperparameters = step(lora_definition(), "Train")["Arguments"]["HyperParameters"]
-    ours = {k for k in hyperparameters if not k.startswith("sagemaker_")}
-    assert ours <= set(HYPERPARAMETER_NAMES)
-    argv = []
-    for name in sorted(ours):
-        value = hyperparameters[name]
-        value = "100" if isinstance(value, dict) else str(json.loads(value))  # pipeline variables: a stand-in value
-        argv += [f"--{name}", value]
-    parsed, _ = parse_hyperparameters([*argv, "--pretrained_dir", "/opt/ml/input/data/model"], environ={})
+    parsed = parsed_flags(hyperparameters)
     assert parsed.method == "lora" and parsed.lora_r == 8 and parsed.bf16 is True
 
 
@@ -151,14 +157,7 @@ def test_train_py_starts_a_sharded_adapter_job_with_what_the_pipeline_passes() -
     from training.finetune.layout import check_layout, parse_layout, read_mp_parameters, resolve_backend
 
     hyperparameters = step(sharded_definition(), "Train")["Arguments"]["HyperParameters"]
-    ours = {k for k in hyperparameters if not k.startswith("sagemaker_") and k != "mp_parameters"}
-    assert ours <= set(HYPERPARAMETER_NAMES)
-    argv = []
-    for name in sorted(ours):
-        value = hyperparameters[name]
-        value = "100" if isinstance(value, dict) else str(json.loads(value))  # pipeline variables: a stand-in value
-        argv += [f"--{name}", value]
-    parsed, _ = parse_hyperparameters([*argv, "--pretrained_dir", "/opt/ml/input/data/model"], environ={})
+    parsed = parsed_flags(hyperparameters)
     # The toolkit hands mp_parameters over as SM_HP_MP_PARAMETERS, the JSON the definition holds.
     environ = {"SM_HP_MP_PARAMETERS": hyperparameters["mp_parameters"]}
     layout = parse_layout(read_mp_parameters(environ, PlatformArguments()))

@@ -82,6 +82,16 @@ def read_log_records(stdout: str, prefix: str = "step=") -> list[dict[str, str]]
     return records
 
 
+def assert_training_loss_falls(log: str, steps: int, window: int) -> None:
+    """A run's log has one loss per step, the last `window` steps' mean clearly below the first's, and a lower
+    validation loss at the end than at the first evaluation."""
+    losses = [float(record["loss"]) for record in read_log_records(log) if "loss" in record]
+    assert len(losses) == steps
+    assert sum(losses[-window:]) / window < sum(losses[:window]) / window - 0.15, losses
+    validation = [float(record["val_loss"]) for record in read_log_records(log) if "val_loss" in record]
+    assert validation[-1] < validation[0]
+
+
 def run_train_py_until_killed(arguments: list[str], *, when: str) -> None:
     """Run train.py as its own process and SIGKILL it (a spot interruption does not ask) at the first output line
     starting with `when`."""
