@@ -19,6 +19,15 @@ for path in (str(TRAINING_DIR), str(REPO_ROOT)):
 
 # Small enough for a few hundred steps in seconds on 2 cores, and still GPT-J's code path.
 BLOCK_SIZE = 32
+# What a LoRA run writes to SM_MODEL_DIR, whichever backend trained it (base_model.json: finetune/adapters.py).
+ADAPTER_FOLDER_FILES = [
+    "adapter.tar.gz",
+    "adapter_config.json",
+    "adapter_model.safetensors",
+    "base_model.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+]
 
 
 def load_module(name: str, path: Path) -> ModuleType:
