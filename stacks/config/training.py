@@ -339,11 +339,22 @@ class TrainingConfig(_Strict):
             )
         fit = self.fit()
         if not fit.fits:
+            layout, remedy = (
+                (
+                    f"pipeline parallel {smp.pipeline_parallel_degree} and shard_optimizer_state "
+                    f"{str(smp.shard_optimizer_state).lower()}",
+                    "raise the tensor or pipeline parallel degree, shard the optimizer state",
+                )
+                if smp.version == 1
+                else (
+                    f"hybrid_shard_degree {smp.hybrid_shard_degree}",
+                    "shard over more GPUs (hybrid_shard_degree 0: every data-parallel GPU), raise the tensor parallel "
+                    "degree where SMP v2 supports the model",
+                )
+            )
             raise ValueError(
                 f"{self.model} training does not fit {self.instance_type} ({instance.gpus}) with tensor parallel "
-                f"{smp.tensor_parallel_degree}, pipeline parallel {smp.pipeline_parallel_degree} and "
-                f"shard_optimizer_state {str(smp.shard_optimizer_state).lower()}: estimated {fit.describe()}; "
-                "raise the tensor or pipeline parallel degree, shard the optimizer state, or use larger GPUs"
+                f"{smp.tensor_parallel_degree} and {layout}: estimated {fit.describe()}; {remedy}, or use larger GPUs"
             )
         host = self.host_fit()
         if not host.fits:

@@ -101,3 +101,14 @@ def test_a_shard_degree_within_what_tensor_parallelism_leaves_is_sized_by_hand()
 def test_refuses_shard_degrees_beyond_what_tensor_parallelism_leaves(smp, message) -> None:
     with pytest.raises(ValueError, match=message):
         training(**smp)
+
+
+@pytest.mark.bad_input("config")
+def test_a_layout_that_does_not_fit_is_told_smp_v2_remedies() -> None:
+    # Llama 3.1 8B whole on each A100 40 GB (no sharding, no tensor parallelism): 16 bytes per parameter do not fit.
+    with pytest.raises(ValueError) as refusal:
+        training(tensor_parallel_degree=1, hybrid_shard_degree=1)
+    message = str(refusal.value)
+    assert "with tensor parallel 1 and hybrid_shard_degree 1: estimated" in message
+    assert "shard over more GPUs (hybrid_shard_degree 0: every data-parallel GPU)" in message
+    assert "shard_optimizer_state" not in message and "pipeline parallel" not in message  # SMP v1's keys

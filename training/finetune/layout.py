@@ -261,10 +261,12 @@ def check_layout(hp: Hyperparameters, layout: ParallelLayout, backend: str, worl
             raise ConfigurationError(
                 f"mp_parameters tensor_parallel_degree ({tp}) does not divide the world size {world_size}"
             )
-        if layout.hybrid_shard_degree and world_size % layout.hybrid_shard_degree:
+        # SMP v2 shards over the data-parallel ranks that tensor parallelism leaves (the SMP v2 reference).
+        data_parallel = world_size // tp
+        if layout.hybrid_shard_degree and data_parallel % layout.hybrid_shard_degree:
             raise ConfigurationError(
-                f"mp_parameters hybrid_shard_degree ({layout.hybrid_shard_degree}) does not divide the world size "
-                f"{world_size}"
+                f"mp_parameters hybrid_shard_degree ({layout.hybrid_shard_degree}) does not divide the {data_parallel} "
+                f"data-parallel ranks (world size {world_size} / tensor_parallel_degree {tp})"
             )
         if hp.fp16:
             raise ConfigurationError("--fp16 is not supported with SMP v2 (FSDP): use --bf16")
