@@ -149,5 +149,7 @@ def render(value: Any) -> Any:
 
 
 def normalize_hashes(text: str) -> str:
-    """Asset hashes change with unrelated code and CDK versions; snapshots compare everything else."""
-    return re.sub(r"[0-9a-f]{64}", "<ASSET_HASH>", text)
+    """Asset hashes change with unrelated code and CDK versions; snapshots compare everything else. That includes the
+    8-digit tail of an asset's publishing destination (`<account>-<region>-<hash>` in cdk-assets commands)."""
+    text = re.sub(r"[0-9a-f]{64}", "<ASSET_HASH>", text)
+    return re.sub(r"\b(\d{12}-[a-z]{2}(?:-[a-z]+)+-\d)-[0-9a-f]{8}\b", r"\1-<HASH8>", text)

@@ -1,7 +1,8 @@
 """Whether the Evaluate step of an adapter method holds the base model, on the GPUs of `evaluate_instance_type`.
 
 evaluate.py applies the adapter to its base in the Evaluate processing job (training/finetune/placement.py):
-- whole on one GPU, when it fits there (the base in bf16 as staged; a QLoRA adapter's base 4-bit, as it was trained);
+- whole on one GPU, when it fits there (the base in the training precision, the dtype it was held in while the
+  adapter trained, recorded in base_model.json; a QLoRA adapter's base 4-bit, as it was trained);
 - else, for method lora on an instance with several GPUs, spread over all of them with accelerate's big-model
   inference (transformers' device_map="auto": its balanced budgets, then infer_auto_device_map), which keeps each
   transformer layer whole on one GPU and, on the first GPU, room for the largest part of the model (the token
@@ -19,17 +20,15 @@ the token embedding (first in order) or the LM head (last). So the spread fits w
         <= (N - 1) x min(capacity, weights / N + 1.25 x layer) + capacity
 a bound a test checks against accelerate's own placement at the smallest capacity it accepts.
 Host memory while loading (one process; training/finetune/backends/lora.py load_adapter_model): whole on one GPU,
-from_pretrained (low_cpu_mem_usage, no device_map) builds the whole bf16 base in host memory and evaluate.py then moves
+from_pretrained (low_cpu_mem_usage, no device_map) builds the whole base in host memory and evaluate.py then moves
 it to the GPU; spread, each weight goes from its checkpoint shard straight to its GPU, one shard at a time; a QLoRA
 base is quantized onto its GPU shard by shard the same way. Sized as the training host check sizes a rank: the
 weights held at the peak plus sizing.HOST_OVERHEAD_GIB, within sizing.USABLE_HOST_FRACTION of the instance's memory.
-GPUs: Ampere or newer (bf16 arithmetic). evaluate.py loads the base in its stored dtype, sized here as bf16, the
-current models'. A T4 or V100 runs bf16 without an error (torch.cuda.is_bf16_supported counts emulation) but emulated,
+GPUs: Ampere or newer (bf16 arithmetic) for a base held in bf16 (training.precision bf16, and QLoRA's compute).
+A T4 or V100 runs bf16 without an error (torch.cuda.is_bf16_supported counts emulation) but emulated,
 at about a tenth of its fp16 speed (torch's bf16 GEMM measured at 2.2 TFLOPS on a T4, fp16 at 20.4:
 MakazhanAlpamys/Soup#714), so the cheapest-first list would open with the slowest and, per evaluation, dearest
-instance (for QLoRA a g4dn.xlarge, which its own bf16 check refuses). For the current models no pre-Ampere processing
-instance holds the base for less than an Ampere one; the rule is per GPU because the catalog does not record stored
-dtypes, so it also refuses T4s for the older fp16 models, of which only gpt-j-6b would cost less per hour on one.
+instance (for QLoRA a g4dn.xlarge, which its own bf16 check refuses). An fp16 or fp32 base runs natively there.
 """
 
 from __future__ import annotations
@@ -66,8 +65,9 @@ class EvaluateFit:
     weights_gib: float  # the base as evaluate.py loads it
     layer_gib: float  # one transformer layer
     largest_gib: float  # the largest part accelerate places whole: a layer, the token embedding or the LM head
-    spreads: bool  # whether evaluate.py spreads this base over GPUs (bf16, not QLoRA's 4-bit)
-    stored_gib: float  # the base as its checkpoint holds it (bf16), what host memory reads
+    spreads: bool  # whether evaluate.py spreads this base over GPUs (not QLoRA's 4-bit)
+    stored_gib: float  # the base unquantized, in `precision`, as from_pretrained builds it in host memory
+    precision: str  # what evaluate.py computes in: the training precision (QLoRA: bf16)
 
     @property
     def capacity_gib(self) -> float:
@@ -112,14 +112,18 @@ class EvaluateFit:
             ) + ", one checkpoint shard at a time"
         else:
             weights = self.stored_gib
-            loading = "from_pretrained builds the whole bf16 base in host memory, then evaluate.py moves it to the GPU"
+            loading = (
+                f"from_pretrained builds the whole {self.precision} base in host memory, then evaluate.py moves it to "
+                "the GPU"
+            )
         capacity = self.instance.host_memory_gib * sizing.USABLE_HOST_FRACTION
         return sizing.HostFit(weights, sizing.HOST_OVERHEAD_GIB, 1, capacity, loading)
 
     @property
     def runs(self) -> bool:
-        """Whether the Evaluate step holds the base here: bf16 GPUs, the base on them, and its load in host memory."""
-        return self.instance.gpu.bf16 and self.fits and self.host.fits
+        """Whether the Evaluate step holds the base here: GPUs with the arithmetic it computes in, the base on them,
+        and its load in host memory."""
+        return (self.instance.gpu.bf16 or self.precision != "bf16") and self.fits and self.host.fits
 
     def describe(self) -> str:
         gpu = self.instance.gpu
@@ -144,23 +148,25 @@ def evaluate_fit(training: Any, instance: InstanceType | None = None, method: st
     method = method or training.method
     model = training.catalog_model
     instance = instance or INSTANCE_TYPES[training.evaluate_instance_type]
-    per_parameter = sizing.BYTES_PER_PARAMETER["bf16"] / sizing.GIB
+    precision = "bf16" if method == "qlora" else training.precision
+    per_parameter = sizing.BYTES_PER_PARAMETER[precision] / sizing.GIB
     embedding = model.vocab_size * model.hidden_size * per_parameter
     layer = (model.parameters - embedding_parameters(model)) / model.layers * per_parameter
     return EvaluateFit(
         instance,
-        base_weights_gib(model, method, "bf16"),
+        base_weights_gib(model, method, precision),
         layer,
         max(layer, embedding),
         method == "lora",
-        base_weights_gib(model, "lora", "bf16"),
+        base_weights_gib(model, "lora", precision),
+        precision,
     )
 
 
 def fitting_instances(training: Any, method: str | None = None) -> list[InstanceType]:
     """The instance types the Evaluate step would hold the base on (for training.method or `method`), cheapest first:
     offered by CreateProcessingJob, with a processing image the SDK knows, where the step runs (EvaluateFit.runs: bf16
-    GPUs, and the memory to load and hold the base)."""
+    GPUs for a bf16 base, and the memory to load and hold the base)."""
     from stacks import api_limits
     from stacks.catalog import aws_limits, images
 
@@ -198,11 +204,12 @@ def check(training: Any) -> None:
         return
     instance, cheapest = fit.instance, _cheapest(training)
     instead = f"use an instance type that holds it, e.g. {cheapest}" if cheapest else ""
-    if not instance.gpu.bf16:
+    if not instance.gpu.bf16 and fit.precision == "bf16":
+        held = "QLoRA computes in bf16" if training.method == "qlora" else "the adapter trained over a bf16 base"
         raise ValueError(
             f"evaluate_instance_type: {instance.name} has {instance.gpu.model} GPUs, without bf16 arithmetic, and the "
-            "Evaluate step is sized and run for a bf16 base (the current models' stored dtype), which torch runs on "
-            "them only emulated, at about a tenth of their fp16 speed; use Ampere or newer GPUs (g5, g6, g6e)"
+            f"Evaluate step holds the base in bf16 ({held}), which torch runs on them only emulated, at about a "
+            "tenth of their fp16 speed; use Ampere or newer GPUs (g5, g6, g6e)"
             + (f", e.g. {cheapest}" if cheapest else "")
         )
     if fit.fits:
@@ -227,7 +234,7 @@ def check(training: Any) -> None:
     spread = fitting_instances(training, "lora") if training.method == "qlora" else []
     if spread:
         message += (
-            f"; training.method lora evaluates over the bf16 base spread over GPUs, e.g. on {spread[0].name} "
-            f"({spread[0].gpus})"
+            f"; training.method lora evaluates over the {training.precision} base spread over GPUs, e.g. on "
+            f"{spread[0].name} ({spread[0].gpus})"
         )
     raise ValueError(message)

@@ -64,7 +64,8 @@ ACCEPTED = [
     ("sharded over all GPUs (hybrid_shard_degree 0)", dict(model="llama-3.1-8b", method="lora", smp={"version": 2}, **P4D)),
     ("two copies of the base, each sharded over 4 A100s", dict(model="qwen2.5-7b", method="lora", smp={"version": 2, "hybrid_shard_degree": 4}, **P4D)),
     ("one base sharded over two p4d", dict(model="mistral-7b-v0.3", method="lora", instance_count=2, smp={"version": 2, "hybrid_shard_degree": 16}, **P4D)),
-    ("sharded in fp32", dict(model="mistral-7b-v0.3", method="lora", smp=SHARDED, **{**P4D, "precision": "fp32", "train_batch_size": 1})),
+    # Evaluate holds the base as it was trained over, in fp32 (29.0 GiB with the runtime): one L40S.
+    ("sharded in fp32", dict(model="mistral-7b-v0.3", method="lora", smp=SHARDED, **{**P4D, "precision": "fp32", "train_batch_size": 1, "evaluate_instance_type": "ml.g6e.2xlarge"})),
 ]  # fmt: skip
 
 

@@ -175,3 +175,23 @@ def test_the_70b_example_loads_with_the_figures_its_comments_give() -> None:
         138.9,
         145.7,
     )
+
+
+@pytest.mark.bad_input("config")
+def test_the_base_is_evaluated_in_the_precision_the_adapter_trained_over_by_hand() -> None:
+    # GPT-J-6B's checkpoint is fp32; evaluate.py holds the base as training held it (base_model.json's precision).
+    gptj = dict(model="gpt-j-6b", method="lora", instance_type="ml.g6e.2xlarge", train_batch_size=2)
+    fp16_stage = training(**gptj, precision="fp16", evaluate_instance_type="ml.g4dn.xlarge")
+    parameters = fp16_stage.catalog_model.parameters
+    fp16 = evaluate_fit(fp16_stage)
+    assert fp16.weights_gib == pytest.approx(parameters * 2 / GIB, abs=0.05)
+    # An fp16 base runs natively on a T4 (14.4 - 2 GiB of a g4dn.xlarge's 16 GB): accepted there.
+    assert fp16.precision == "fp16" and fp16.whole and fp16.runs
+    # Trained over the fp32 base, the adapter is evaluated over it: 22.6 GiB + 2 of runtime, more than one A10G of the
+    # default Evaluate instance holds (sized as bf16, this used to pass synth and run out of GPU memory in the job).
+    with pytest.raises(ValidationError, match=r"about 24\.6 GiB with the runtime, more than the 21\.6 GiB usable"):
+        training(**gptj, precision="fp32")
+    fp32 = evaluate_fit(training(**gptj, precision="fp32", evaluate_instance_type="ml.g6e.xlarge"))
+    assert fp32.weights_gib == pytest.approx(parameters * 4 / GIB, abs=0.05) and fp32.whole
+    # The host load follows: from_pretrained builds the whole base, in that dtype, before it goes to the GPU.
+    assert fp32.host.describe().startswith(f"{parameters * 4 / GIB + 3:.1f} GiB")

@@ -124,6 +124,7 @@ def test_the_output_is_an_adapter_folder_with_its_base_record(lora_runs, arch) -
         "revision": BASE_COMMIT,
         "model_type": arch,
         "method": "lora",
+        "precision": "fp32",  # the dtype the frozen base was held in, and is evaluated in
         "lora": {"r": 8, "alpha": 16, "dropout": 0.1, "target_modules": "auto"},
     }
 
@@ -167,6 +168,27 @@ def test_evaluate_applies_the_adapter_to_its_base(lora_runs, prepared_data, tmp_
     assert report["metrics"]["perplexity"]["value"] == pytest.approx(final["val_perplexity"], rel=1e-4)
     # Without its base the adapter cannot be evaluated: exit 2, naming the base it needs.
     assert evaluate.main([*arguments, "--base_model_dir", str(tmp_path / "none"), "--output_dir", str(tmp_path)]) == 2
+
+
+def test_the_base_is_evaluated_in_the_precision_the_adapter_trained_over(lora_runs, tmp_path) -> None:
+    from finetune.backends.lora import load_adapter_model
+
+    run = lora_runs["llama"]
+    adapter = tmp_path / "adapter"
+    shutil.copytree(run["dir"] / "model", adapter)
+    record = json.loads((adapter / BASE_RECORD_FILE).read_text())
+    assert record["precision"] == "fp32"  # these CPU runs train in fp32, over a base stored in fp32
+
+    def base_dtype() -> torch.dtype:
+        return load_adapter_model(adapter, str(run["base"]), torch.device("cpu")).get_base_model().dtype
+
+    assert base_dtype() == torch.float32
+    # An adapter trained over a bf16 base (GPT-J's checkpoint is fp32) is evaluated over the bf16 base.
+    (adapter / BASE_RECORD_FILE).write_text(json.dumps({**record, "precision": "bf16"}))
+    assert base_dtype() == torch.bfloat16
+    # A record written before the precision was: the dtype the checkpoint is stored in.
+    (adapter / BASE_RECORD_FILE).write_text(json.dumps({k: v for k, v in record.items() if k != "precision"}))
+    assert base_dtype() == torch.float32
 
 
 @pytest.mark.bad_input("kill")

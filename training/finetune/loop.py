@@ -433,7 +433,7 @@ class TrainingRun:
                 from .backends.lora import base_record, save_adapter
 
                 assert module is not None
-                record = base_record(hp, self.source.model_type)
+                record = base_record(hp, self.source.model_type, backend.precision)
                 target, files = save_adapter(module, tokenizer, str(model_dir), record, state_dict)
             elif module is None:
                 target, files = write_hf_folder(self.source.config, tokenizer, state_dict, str(model_dir))

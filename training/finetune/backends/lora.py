@@ -34,6 +34,8 @@ from .base import ModelBuilder
 from .torch_backend import TorchBackend
 
 ADAPTER_STATE_FILE = "adapter.pt"
+# base_model.json's precision -> the dtype the base is held in (the training backends' precision names).
+TRAINED_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def _import(module: str, why: str) -> Any:
@@ -106,13 +108,16 @@ def add_adapters(model: nn.Module, model_type: str, hp: Any) -> nn.Module:
     return peft.get_peft_model(model, config)
 
 
-def base_record(hp: Any, model_type: str) -> dict[str, Any]:
+def base_record(hp: Any, model_type: str, precision: str) -> dict[str, Any]:
+    """base_model.json: the base the adapter adapts, and how it was trained over it (`precision`: the dtype the
+    frozen base was held in, in which evaluation holds it again)."""
     return {
         "name": hp.base_model_name,
         "hf_id": hp.base_model_id,
         "revision": hp.base_model_revision,
         "model_type": model_type,
         "method": hp.method,
+        "precision": precision,
         "lora": {
             "r": hp.lora_r,
             "alpha": hp.lora_alpha,
@@ -211,10 +216,12 @@ class LoraBackend(TorchBackend):
 def load_adapter_model(
     adapter_dir: Path, base_model_dir: str | None, device: torch.device, memory: dict[Any, int] | None = None
 ) -> nn.Module:
-    """The base model in `base_model_dir` with the adapter in `adapter_dir` applied through PEFT: in its stored
-    dtype, or 4-bit on `device` when the adapter was trained with QLoRA (its base_model.json says so), since the
-    adapter learned to correct those weights. Given the `memory` of the machine's devices (finetune/placement.py),
-    a base in its stored dtype that does not fit the first is spread over them (PEFT adds each adapter matrix on
+    """The base model in `base_model_dir` with the adapter in `adapter_dir` applied through PEFT: in the dtype the
+    base was held in while the adapter trained (base_model.json's precision; the stored dtype for records without
+    one), or 4-bit on `device` when the adapter was trained with QLoRA, since the adapter learned to correct those
+    weights (GPT-J's checkpoint is fp32: its adapter, trained over a bf16 or fp16 base, is evaluated over that).
+    Given the `memory` of the machine's devices (finetune/placement.py), a base that does not fit the first is
+    spread over them (PEFT adds each adapter matrix on
     its layer's device); the caller leaves such a model where it is."""
     from ..modeling import ModelSource, _config_from_folder, build_model
 
@@ -235,10 +242,11 @@ def load_adapter_model(
             raise ConfigurationError(f"evaluating a QLoRA adapter over its 4-bit base: {problem}")
         base = build_model(source, torch.bfloat16, quantization_config=quantization_config(), device=device)
     else:
-        # Straight into the dtype it is stored in: one copy in host memory (an 8B base in bf16 fits a g5.2xlarge's
-        # 32 GiB; an fp32 model built first and then loaded would not).
+        # Straight into that dtype: one copy in host memory (an 8B base in bf16 fits a g5.2xlarge's 32 GiB; an fp32
+        # model built first and then converted would not).
         stored = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
-        dtype = stored if isinstance(stored, torch.dtype) else getattr(torch, str(stored), torch.float32)
+        dtype = TRAINED_DTYPES.get(record.get("precision")) or stored
+        dtype = dtype if isinstance(dtype, torch.dtype) else getattr(torch, str(dtype), torch.float32)
         dtype = dtype if isinstance(dtype, torch.dtype) else torch.float32
         if memory is not None:
             from accelerate import init_empty_weights
