@@ -32,12 +32,15 @@ export CDK_HOME := $(CURDIR)/.cdk-home
 export SAGEMAKER_SUPPRESS_V2_WARNING := 1
 export DS_ACCELERATOR := cpu
 
-.PHONY: help synth deploy diff destroy test lint format clean local-serve local-train acknowledgements diagram docs rehearse \
+.PHONY: help synth deploy diff destroy test test-containers lock check-upstream lint format clean local-serve local-train acknowledgements diagram docs rehearse \
 	bench bench-gpu gpu-check
 
 help:
 	@echo "make synth                 set up, synthesize every stage offline, print the plan"
 	@echo "make test                  set up (dev tools too) and run every test"
+	@echo "make test-containers [ONLY=smp-v1,smp-v2,lmi-0.27]  the container code under each image's own versions"
+	@echo "make lock                  regenerate every lock of requirements/ (and the jobs') from its .in file"
+	@echo "make check-upstream        what the newest botocore, SDK and cfn-lint would change (exit 1 if anything)"
 	@echo ".venv/bin/llmp --help      after make synth: the operator CLI (status, upload-data, finetune, approve, invoke...)"
 	@echo "make deploy STAGE=dev      cdk deploy one stage's stacks into your account"
 	@echo "make diff STAGE=staging    cdk diff one stage against what is deployed"
@@ -56,26 +59,38 @@ help:
 
 # --- set-up ---------------------------------------------------------------------------------------------------
 
+# Every venv installs from its lock in requirements/ (`make lock` regenerates them; docs/dependencies.md): exact
+# versions with hashes, transitive packages included, so a fresh clone gets byte-identical packages on any day.
 # pip byte-compiles what it installs; keep it so (no --no-compile): with PYTHONDONTWRITEBYTECODE set, as on this kind
 # of machine, every process would otherwise compile aws-cdk-lib, sagemaker and torch again at each import.
-# Then the project itself, editable, for the `llmp` console script (cli/): no dependencies (the pins above are them),
-# and no build isolation, so the build backend is requirements.txt's pinned setuptools, not a fresh download.
-$(VENV)/.synth-deps: requirements.txt pyproject.toml
+# Then the project itself, editable, for the `llmp` console script (cli/): no dependencies (the lock is them), and
+# no build isolation, so the build backend is the lock's setuptools, not a fresh download. (Its warning that folders
+# named like the packages take precedence is the point of an editable install here: silenced.)
+$(VENV)/.synth-deps: requirements/synth.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -r requirements.txt
-	$(PY) -m pip install --quiet --no-deps --no-build-isolation --editable .
+	$(PY) -m pip install --quiet -r requirements/synth.txt
+	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install --quiet --no-deps --no-build-isolation --editable .
 	@touch $@
 
-# torch first (the pinned CPU wheel), then DeepSpeed without building CUDA ops against it.
-$(VENV)/.test-deps: $(VENV)/.synth-deps requirements-dev.txt requirements-deepspeed.txt
-	$(PY) -m pip install --quiet -r requirements-dev.txt
-	DS_BUILD_OPS=0 $(PY) -m pip install --quiet --no-build-isolation -r requirements-deepspeed.txt
+# torch first (the locked CPU wheel, in dev.txt), then DeepSpeed without building CUDA ops against it; then nothing
+# but the locks' pins may remain (a package a lock bump dropped is uninstalled).
+$(VENV)/.test-deps: $(VENV)/.synth-deps requirements/dev.txt requirements/deepspeed.txt
+	$(PY) -m pip install --quiet -r requirements/dev.txt
+	DS_BUILD_OPS=0 $(PY) -m pip install --quiet --no-deps --no-build-isolation -r requirements/deepspeed.txt
+	$(PY) scripts/venv_sync.py --prune requirements/dev.txt requirements/deepspeed.txt
 	@touch $@
 
 # checkov lives in its own virtualenv: its pins would pull the project's boto3 and packaging below what they need.
-.venv-checkov/.installed: requirements-checkov.txt
+.venv-checkov/.installed: requirements/checkov.txt
 	@test -x .venv-checkov/bin/python || $(PYTHON) -m venv .venv-checkov
-	.venv-checkov/bin/python -m pip install --quiet -r requirements-checkov.txt
+	.venv-checkov/bin/python -m pip install --quiet -r requirements/checkov.txt
+	.venv-checkov/bin/python scripts/venv_sync.py --prune requirements/checkov.txt
+	@touch $@
+
+# make lock's own venv: the pinned uv.
+.venv-lock/.installed: requirements/tools.txt
+	@test -x .venv-lock/bin/python || $(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/python -m pip install --quiet -r requirements/tools.txt
 	@touch $@
 
 # The CDK (and jsii) support Node.js 22 and newer only. npm skips an optional dependency it cannot install without a
@@ -122,6 +137,7 @@ rehearse: $(VENV)/.test-deps node_modules/.installed
 
 # BENCHMARKS.md, every figure side by side on this machine (about 7 minutes on 2 cores). BENCH_ONLY=synth,handler
 # measures some; BENCH_FRESH_CLONE=1 also times a fresh clone's set-up and make test (downloads everything).
+# BENCH_ONLY=containers times make test-containers with every venv rebuilt (not in the default run).
 bench: $(VENV)/.test-deps .venv-checkov/.installed node_modules/.installed
 	$(PY) -m bench $(if $(BENCH_ONLY),--only $(BENCH_ONLY)) $(if $(BENCH_FRESH_CLONE),--fresh-clone)
 
@@ -142,8 +158,28 @@ gpu-check: $(if $(GPU_PYTHON),,$(VENV)/.test-deps)
 
 # --- checks ---------------------------------------------------------------------------------------------------
 
+# Not part of make test (docs/dependencies.md): the newest boto3, botocore, SageMaker SDK 2.x and cfn-lint in a
+# scratch venv, unpinned on purpose, and what they would change in the tables generated from them. Exit 1 when
+# something would, with the commands that take it.
+check-upstream:
+	rm -rf .venv-upstream
+	$(PYTHON) -m venv .venv-upstream
+	.venv-upstream/bin/python -m pip install --quiet --upgrade boto3 botocore "sagemaker<3" cfn-lint
+	.venv-upstream/bin/python scripts/check_upstream.py
+
+# Every lock of requirements/ from its .in file, then the jobs' training/requirements.txt (needs PyPI). Review the
+# diff, then make test and make test-containers.
+lock: .venv-lock/.installed
+	.venv-lock/bin/python scripts/locks.py --uv .venv-lock/bin/uv
+	.venv-lock/bin/python scripts/lock_training_requirements.py --uv .venv-lock/bin/uv
+
 test: $(VENV)/.test-deps .venv-checkov/.installed node_modules/.installed lint
 	$(PY) -m pytest
+
+# The code that runs inside SageMaker, under each image's own Python and library versions (docs/dependencies.md): one
+# venv per image in .venv-images/, rebuilt when a lock it installs changes. ONLY=smp-v1,lmi-0.27 runs some.
+test-containers:
+	$(PYTHON) scripts/test_containers.py $(if $(ONLY),--only $(ONLY))
 
 # docs/acknowledgements.md: every cdk-nag acknowledgement of the default config and the promotion example.
 acknowledgements: $(VENV)/.synth-deps node_modules/.installed

@@ -2,6 +2,7 @@
 
     python -m bench                                  # all of them (about 7 minutes on 2 cores)
     python -m bench --only synth,handler             # some: synth, handler, training, artifacts, cold-start, suite
+    python -m bench --only containers                # make test-containers, venvs rebuilt (not in the default run)
     python -m bench --runs 5                         # interleaved synth pairs (default 3)
     python -m bench --fresh-clone                    # also git clone + make test set-up (minutes, downloads)
     python -m bench --output /tmp/BENCHMARKS.md      # somewhere else
@@ -31,7 +32,9 @@ from bench.gpu import GPU_END, GPU_START
 from bench.synth import MAKE_ENVIRONMENT
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ("synth", "handler", "training", "artifacts", "cold-start", "suite")
+SECTIONS = ("synth", "handler", "training", "artifacts", "cold-start", "suite", "containers")
+# make test-containers takes minutes of its own: measured when asked for (--only containers).
+DEFAULT_SECTIONS = tuple(name for name in SECTIONS if name != "containers")
 GPU_PLACEHOLDER = (
     "## GPU\n\nNot measured: `make bench-gpu` on a machine with a CUDA GPU fills this section (DeepSpeed "
     "kernel-injected generation latency per token against plain Hugging Face generate for a GPT-J-shaped model, and "
@@ -88,7 +91,7 @@ class Report:
 
 
 def run_sections(report: Report, only: set[str], runs: int, work: Path) -> None:
-    from bench import artifacts, cold_start, handler, suite, synth, training
+    from bench import artifacts, cold_start, containers, handler, suite, synth, training
 
     synth_result: Any = None
     if "synth" in only:
@@ -186,11 +189,28 @@ def run_sections(report: Report, only: set[str], runs: int, work: Path) -> None:
             return suite.markdown(result)
 
         report.measure("suite", do_suite)
+    if "containers" in only:
+
+        def do_containers() -> str:
+            result = containers.run(log=log)
+            report.summary.append(
+                (
+                    "containers",
+                    "Container tests: make test-containers, every venv rebuilt",
+                    f"< {containers.TARGET_SECONDS // 60} min",
+                    f"{result.wall_seconds:.0f} s; exit status {result.exit_code}",
+                )
+            )
+            return containers.markdown(result)
+
+        report.measure("containers", do_containers)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated, of: {', '.join(SECTIONS)}")
+    parser.add_argument(
+        "--only", default=",".join(DEFAULT_SECTIONS), help=f"comma-separated, of: {', '.join(SECTIONS)}"
+    )
     parser.add_argument("--runs", type=int, default=3, help="interleaved synth pairs (default 3)")
     parser.add_argument("--fresh-clone", action="store_true", help="also time git clone + make test's set-up")
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "BENCHMARKS.md", help="default: BENCHMARKS.md")

@@ -19,6 +19,7 @@ HEADINGS = {
     "cold-start": "## Cold start",
     "suite": "## Test suite",
     "fresh clone": "## Fresh clone",
+    "containers": "## Container test environments",
 }
 # Section name -> how its row of the summary table starts.
 SUMMARY_ROWS = {
@@ -28,6 +29,7 @@ SUMMARY_ROWS = {
     "artifacts": "| Artifacts:",
     "suite": "| Test suite",
     "fresh clone": "| Fresh clone",
+    "containers": "| Container tests",
 }
 
 

@@ -10,6 +10,7 @@ paths are the ones the full-size models take.
 from __future__ import annotations
 
 import argparse
+import inspect
 import random
 from pathlib import Path
 
@@ -109,7 +110,13 @@ def save_tiny_model(out_dir: str | Path, arch: str = "gptj", seed: int = 0) -> P
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer(seed=seed)
     model = build_model(arch, vocab_size=len(tokenizer), seed=seed)
-    model.save_pretrained(out, safe_serialization=True)
+    if "safe_serialization" in inspect.signature(model.save_pretrained).parameters:
+        model.save_pretrained(out, safe_serialization=True)
+    else:  # transformers 4.21 (the SMP v1 image) writes only pickles: the same files through huggingface_hub
+        from huggingface_hub import save_torch_state_dict
+
+        model.config.save_pretrained(out)
+        save_torch_state_dict(model.state_dict(), str(out), shared_tensors_to_discard=["lm_head.weight"])
     tokenizer.save_pretrained(out)
     return out
 

@@ -48,7 +48,7 @@ def apply() -> Callable[[], None]:
         raise RuntimeError(
             f"rehearsal/emulator.py patches moto {MOTO_VERSION} internals, but moto {moto.__version__} is installed: "
             "run tests/rehearsal/test_emulator.py, drop the fixes moto no longer needs, adapt the rest, then update "
-            "MOTO_VERSION and the pin in requirements-dev.txt"
+            "MOTO_VERSION and the pin in requirements/dev.in"
         )
     originals = [
         (Key, "create_from_cloudformation_json", Key.__dict__["create_from_cloudformation_json"]),

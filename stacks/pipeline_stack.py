@@ -41,7 +41,7 @@ CDK_CLI_VERSION = "2.1148.1"
 # end of life. Python: the 3.11 the project is tested on (the image's default today).
 NODE_RUNTIME = "24"
 PYTHON_RUNTIME = "3.11"
-# boto3 for the smoke test, installed in its CodeBuild job (the version requirements.txt resolves to).
+# boto3 for the smoke test, installed in its CodeBuild job: the version requirements/synth.txt locks (a test checks).
 BOTO3_VERSION = "1.44.8"
 # CodePipeline resolves this in the synth step's environment; `make synth RELEASE=...` hands it to app.py, so
 # deploy-time lookups (the latest approved model) run again on every execution.

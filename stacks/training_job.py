@@ -151,6 +151,17 @@ def check_with_train_py(training: TrainingConfig) -> None:
         raise ValueError(f"train.py would refuse to start: {error}") from None
 
 
+def training_readers(training: TrainingConfig) -> dict[str, str]:
+    """The transformers and tokenizers a training job, and its prepare and evaluate steps, read model folders with:
+    the jobs' lock's pins for the training image's Python."""
+    from stacks.catalog.images import training_framework
+
+    python = _python_version(training_framework(training.smp.version)[1])
+    return {
+        library: pinned_version(TRAINING_REQUIREMENTS, library, python) for library in ("transformers", "tokenizers")
+    }
+
+
 def _python_version(py_version: str) -> str:
     """'py39' -> '3.9' (the DLC tag's form to PEP 508's python_version)."""
     return f"{py_version[2]}.{py_version[3:]}"

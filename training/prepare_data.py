@@ -28,6 +28,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from finetune.compatibility import check_readable
 from finetune.data import write_blocks
 from finetune.errors import ConfigurationError
 from finetune.hyperparameters import parse_float, parse_int, parse_optional_int
@@ -147,6 +148,7 @@ def split_documents(documents: list[str], fraction: float, seed: int) -> tuple[l
 def prepare(args: argparse.Namespace) -> dict:
     from transformers import AutoTokenizer
 
+    check_readable(Path(args.tokenizer_dir), "--tokenizer_dir")
     try:
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_dir)
     except (OSError, ValueError) as error:

@@ -47,6 +47,7 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
+from finetune.compatibility import REMEDY, Version, folder_problems, parse_readers
 from huggingface_hub.utils import filter_repo_objects
 
 CONFIG_PATTERNS = ["*.json", "*.txt", "*.model", "*.tiktoken"]  # configs, tokenizer, vocab and merges
@@ -200,6 +201,16 @@ def deepspeed_files(description: dict, repo_files: list[str], *, tp_size: int, d
     return listed
 
 
+def check_readable(folder: Path, where: str, readers: dict[str, Version]) -> None:
+    """Refuse what a job or endpoint of the stage cannot read (finetune/compatibility.py), before anything reaches
+    the bucket: e.g. a config.json written by transformers 5.x, which the SMP v2 jobs' 4.46.3 reads without an error
+    but with the default RoPE, or tokenizer files 5.x wrote. `readers`: the oldest version of each library that
+    reads the repository in this stage (synth computes them from the training image and the serving engine)."""
+    problems = folder_problems(folder, readers, holder="the oldest job or endpoint of this stage that reads it has")
+    if problems:
+        raise StagingError(f"{where}: this stage cannot read it: {'; '.join(problems)}; {REMEDY}")
+
+
 def is_pickle(name: str) -> bool:
     return name.lower().endswith(PICKLE_SUFFIXES)
 
@@ -212,11 +223,12 @@ def stage(
     deepspeed: tuple[int, str] | None = None,
     allow_pickle: bool = False,
     token: str | None = None,
+    readers: dict[str, Version] | None = None,
 ) -> list[Path]:
     """Download what loading the model needs, at `revision` (a commit, as run() passes it), into `output_dir`; return
     the files, biggest first. `deepspeed`: (tensor parallel degree, dtype) of the pre-sharded DeepSpeed checkpoint the
-    repository must be. `token`: for a gated repository. Everything is checked before the first byte of weights is
-    downloaded."""
+    repository must be. `token`: for a gated repository. `readers`: the library versions that must read the folder
+    (check_readable). Everything is checked before anything is uploaded."""
     if hub is None:
         import huggingface_hub as hub
     where = f"{model_id}@{revision}"
@@ -261,6 +273,8 @@ def stage(
         absent = [name for name in listed if not (output_dir / name).is_file()]
         if absent:
             raise StagingError(f"the download lacks {len(absent)} file(s) {DS_DESCRIPTION} lists: {absent[:5]}")
+    if readers:
+        check_readable(output_dir, where, readers)
     staged = sorted((p for p in output_dir.rglob("*") if p.is_file()), key=lambda p: -p.stat().st_size)
     unexpected = [p.name for p in staged if is_pickle(p.name)] if not allow_pickle else []
     if unexpected:  # the patterns above never ask for one; a net under them
@@ -325,6 +339,7 @@ def run(
     allow_pickle: bool = False,
     token: str | None = None,
     token_source: str | None = None,
+    readers: dict[str, Version] | None = None,
 ) -> dict:
     """Stage `model_id` at the commit `revision` names into `destination` (s3://bucket/prefix/); return its record.
     `token` (read from `token_source`, named in messages) is what a gated repository needs."""
@@ -339,7 +354,14 @@ def run(
         print(f"stage_model: {model_id}@{commit} is already staged in s3://{bucket}/{keys.files}", flush=True)
     else:
         files = stage(
-            model_id, commit, output_dir, hub=hub, deepspeed=deepspeed, allow_pickle=allow_pickle, token=token
+            model_id,
+            commit,
+            output_dir,
+            hub=hub,
+            deepspeed=deepspeed,
+            allow_pickle=allow_pickle,
+            token=token,
+            readers=readers,
         )
         sizes = {}
         for path in sorted(files):
@@ -383,7 +405,16 @@ def main(argv: list[str] | None = None, *, hub=None, session=None) -> int:
     parser.add_argument(
         "--hf_token_secret", help="name of the Secrets Manager secret holding a Hugging Face token (gated repositories)"
     )
+    parser.add_argument(
+        "--readers",
+        default="",
+        help="the oldest library versions that read the model in the stage, e.g. transformers=4.46.3,tokenizers=0.20.3",
+    )
     args = parser.parse_args(argv)
+    try:
+        readers = parse_readers(args.readers)
+    except ValueError as error:
+        parser.error(f"--readers: {error}")
     if (args.deepspeed_tp_size is None) != (args.deepspeed_dtype is None):
         parser.error("--deepspeed_tp_size and --deepspeed_dtype go together: give both, or neither")
     try:
@@ -416,6 +447,7 @@ def main(argv: list[str] | None = None, *, hub=None, session=None) -> int:
             allow_pickle=args.allow_pickle,
             token=token,
             token_source=f"secret {args.hf_token_secret}",
+            readers=readers,
         )
     except StagingError as error:
         print(f"stage_model.py: error: {error}", file=sys.stderr, flush=True)

@@ -63,6 +63,7 @@ class TextGenerationService:
     def initialize(self, properties: dict) -> None:
         import torch
         from lmi_config import ConfigError
+        from lmi_folder_check import check_model_folder
         from lmi_generation import TextGenerator
         from lmi_loading import load_model
 
@@ -76,6 +77,9 @@ class TextGenerationService:
                 "tensor-parallel rank, so the two must match (check engine= and the property)"
             )
         log.info("rank %d/%d: %s", ranks.rank, ranks.world_size, config.describe())
+        # Before any process group or load: a folder this image's transformers cannot read, or would read wrong
+        # (written by a later release), is refused with the reason instead of failing or serving garbage later.
+        check_model_folder(config.weights)
         use_cuda = torch.cuda.is_available()
         init_process_group(ranks, use_cuda=use_cuda)
         model, tokenizer, plan = load_model(config.weights, config, use_cuda=use_cuda, local_rank=ranks.local_rank)

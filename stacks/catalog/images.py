@@ -43,6 +43,9 @@ class LmiImage:
     # For a tag newer than the SDK's tables: the published tag whose regions it goes to (dlc.image_uri).
     regions_of: str | None = None
     repository: str = "djl-inference"
+    # The versions of the libraries that read a model folder in this image (transformers, tokenizers): staging
+    # refuses weights they cannot read (training/finetune/compatibility.py). Empty: none this project checks.
+    folder_readers: tuple[tuple[str, str], ...] = ()
 
     @property
     def cuda_version(self) -> str:
@@ -51,7 +54,14 @@ class LmiImage:
 
 SERVING_IMAGES = {
     # The last LMI with the DeepSpeed engine (LMI V9; V10, 0.28.0, dropped DeepSpeed): research/lmi_serving.md §3.
-    "deepspeed": LmiImage("deepspeed", "0.27.0-deepspeed0.12.6-cu121", "LMI 0.27.0: DeepSpeed 0.12.6", (12, 1)),
+    # Its transformers and tokenizers: requirements/images/lmi-0.27.txt, the image's record (a test keeps them equal).
+    "deepspeed": LmiImage(
+        "deepspeed",
+        "0.27.0-deepspeed0.12.6-cu121",
+        "LMI 0.27.0: DeepSpeed 0.12.6",
+        (12, 1),
+        folder_readers=(("transformers", "4.39.0"), ("tokenizers", "0.15.2")),
+    ),
     # The newest LMI as of 2026-12-01: LMI 29.0.0 on DJL Serving 0.38.0, vLLM 0.28.0, torch 2.13.0, CUDA 13.0,
     # published 2026-09-21 (aws/deep-learning-containers#6763, #6774; the SDK's djl-lmi "latest"). LMI builds its vLLM
     # wheel for sm_80 and newer (deepjavalibrary/djl-serving#3054), and CUDA 13 has no Volta (sm_70) at all.

@@ -15,6 +15,38 @@ import pytest
 if not os.environ.get("DS_ACCELERATOR"):
     os.environ["DS_ACCELERATOR"] = "cpu"
 
+# DeepSpeed before 0.14.1 (the LMI 0.27.0 image's 0.12.6) builds its CPU accelerator only if two Intel packages
+# import: accelerator/real_accelerator.py gates on intel_extension_for_pytorch and cpu_accelerator.py imports
+# oneccl_bindings_for_pytorch at its top; neither is used further (the handler joins gloo groups itself, and runs no
+# DeepSpeed op on CPU). PyPI has no oneCCL bindings and only yanked IPEX 2.1 releases, and the image has neither (it
+# runs the CUDA accelerator), so empty modules stand in for the two, and only where that DeepSpeed is installed.
+_CPU_ACCELERATOR_GATES = ("intel_extension_for_pytorch", "oneccl_bindings_for_pytorch")
+_LAST_DEEPSPEED_WITH_GATES = (0, 14, 0)
+
+
+def _stand_in_cpu_accelerator_gates() -> None:
+    import importlib.machinery
+    import importlib.metadata
+    import types
+
+    try:
+        version = importlib.metadata.version("deepspeed")
+    except importlib.metadata.PackageNotFoundError:
+        return
+    if tuple(int(part) for part in version.split(".")[:3] if part.isdigit()) > _LAST_DEEPSPEED_WITH_GATES:
+        return
+    for name in _CPU_ACCELERATOR_GATES:
+        if name not in sys.modules and importlib.util.find_spec(name) is None:
+            module = types.ModuleType(name)
+            # transformers probes packages with find_spec, which needs a spec; with no installed distribution it
+            # still reports the package as absent (is_ipex_available() is False).
+            module.__spec__ = importlib.machinery.ModuleSpec(name, None)
+            sys.modules[name] = module
+
+
+if os.environ["DS_ACCELERATOR"] == "cpu":
+    _stand_in_cpu_accelerator_gates()
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HANDLER_DIR = REPO_ROOT / "model_artifacts" / "deepspeed"
 # As in the container: the handler folder is importable (DJL puts the model dir on the path) and so is djl_python

@@ -409,6 +409,8 @@ def test_staging_pipeline_copies_the_hub_model_at_one_commit_into_its_own_prefix
     assert args["AppSpecification"]["ContainerArguments"] == [
         "--model_id", "EleutherAI/gpt-j-6b", "--revision", "main",
         "--destination", "s3://${ModelsBucket}/pretrained/gpt-j-6b/", "--region", "us-east-1",
+        # The oldest reader: SMP v1's transformers 4.21.0 (the endpoint's LMI 0.27.0 has 4.39.0).
+        "--readers", "tokenizers=0.12.1,transformers=4.21.0",
     ]  # fmt: skip
     # The step writes the files and then the record itself; a ProcessingOutput is uploaded in no particular order.
     assert "ProcessingOutputConfig" not in args
@@ -426,6 +428,7 @@ def test_staging_pipeline_stages_the_served_presharded_checkpoint_at_its_pinned_
         "--revision", "aa00a6626f6484a2eef68e06d1e089e4e32aa571",  # the commit the LMI reference staged
         "--destination", "s3://${ModelsBucket}/pretrained/bloom-176b-deepspeed-int8-tp8/", "--region", "us-east-1",
         "--allow_pickle",  # the config said so: its shards are .pt pickles
+        "--readers", "tokenizers=0.15.2,transformers=4.39.0",  # only the LMI 0.27.0 image reads it
         "--deepspeed_tp_size", "8", "--deepspeed_dtype", "int8",
     ]  # fmt: skip
     # The whole checkpoint (167.5 GiB) sits on the volume until it is uploaded; the SDK's default is 30 GB.
@@ -550,3 +553,36 @@ def test_every_processing_step_installs_the_hashed_lock_with_hash_checking_and_w
         assert install[:4] == ["python3", "-m", "pip", "install"], job["Name"]
         assert {"--require-hashes", "--only-binary=:all:"} <= set(install), job["Name"]
         assert install[-2:] == ["-r", "requirements.txt"] and "--no-deps" not in install, job["Name"]
+
+
+def readers_of(defn: dict) -> dict[str, str | None]:
+    found = {}
+    for step in defn["Steps"]:
+        args = step["Arguments"]["AppSpecification"]["ContainerArguments"]
+        found[step["Name"]] = args[args.index("--readers") + 1] if "--readers" in args else None
+    return found
+
+
+def test_each_repository_is_checked_against_the_oldest_library_versions_that_read_it_in_the_stage():
+    # SMP v2 jobs read with the lock's Python 3.11 pins; the endpoint's vllm engine has no limit of its own.
+    smp_v2 = TrainingConfig(
+        model="qwen2.5-7b", smp={"version": 2, "tensor_parallel_degree": 1, "hybrid_shard_degree": 8}, precision="bf16"
+    )
+    vllm = ServingConfig(model="gpt-j-6b", engine="vllm", instance_type="ml.g5.2xlarge")
+    assert readers_of(staging(smp_v2, vllm)) == {
+        "Stage-qwen2.5-7b": "tokenizers=0.20.3,transformers=4.46.3",
+        "Stage-gpt-j-6b": None,  # weights only vLLM reads: a folder transformers 5 wrote is staged
+    }
+
+
+def test_the_deepspeed_images_readers_are_the_versions_its_environment_locks():
+    """stacks/catalog/images.py states LMI 0.27.0's transformers and tokenizers; requirements/images/lmi-0.27.txt is
+    the record make test-containers runs the handler on."""
+    from scripts import venv_sync
+
+    lock = (REPO / "requirements" / "images" / "lmi-0.27.txt").read_text()
+    pins = venv_sync.locked([lock], {"python_version": "3.10", "python_full_version": "3.10.0"})
+    assert dict(images.lmi_image("deepspeed").folder_readers) == {
+        "transformers": pins["transformers"],
+        "tokenizers": pins["tokenizers"],
+    }

@@ -73,6 +73,16 @@ def prepared_data(tiny_assets: dict[str, Path], tmp_path_factory: pytest.TempPat
 
 
 @pytest.fixture
+def fresh_process_group() -> Iterator[None]:
+    """Each in-process SMP run initializes torch.distributed in this process; leave none behind."""
+    yield
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+@pytest.fixture
 def clean_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """No SageMaker or torchrun variables leak in from the machine running the tests."""
     for key in list(os.environ):

@@ -180,13 +180,23 @@ class DistributedTransformerLMHead(nn.Module):
         if return_dict is not None and not return_dict:
             raise HFGPTJConfigError("Setting False for the return_dict argument ... is not supported.")
         parameters = dict(self.named_parameters())
-        output = torch.func.functional_call(
+        output = _functional_call(
             self._template,
             {hf: parameters[smp] for hf, smp in self._names.items()},
-            args=(),
             kwargs={"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels},
         )
         return CausalLMOutputWithPast(loss=output.loss, logits=output.logits)
+
+
+def _functional_call(module: nn.Module, parameters: dict[str, torch.Tensor], kwargs: dict[str, Any]) -> Any:
+    """`module` run with `parameters` in place of its own. torch.func arrived in 2.0; torch 1.13 (the SMP v1
+    image) has the same call as torch.nn.utils.stateless.functional_call."""
+    func = getattr(torch, "func", None)
+    if func is not None:
+        return func.functional_call(module, parameters, args=(), kwargs=kwargs)
+    from torch.nn.utils import stateless
+
+    return stateless.functional_call(module, parameters, args=(), kwargs=kwargs)
 
 
 def distributable(module: nn.Module) -> bool:

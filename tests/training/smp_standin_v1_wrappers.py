@@ -15,6 +15,31 @@ class ApiMisuse(AssertionError):
     """The script used the library in a way the real one forbids."""
 
 
+def _lacks_cpu_half_kernels(module: nn.Module) -> bool:
+    """Whether `module` holds fp16 weights on the CPU of a torch without CPU fp16 kernels (torch 1.13, the SMP v1
+    image: "LayerNormKernelImpl" not implemented for 'Half'). SMP runs fp16 on GPUs, which have them."""
+    parameter = next(module.parameters(), None)
+    if parameter is None or parameter.dtype != torch.float16 or parameter.device.type != "cpu":
+        return False
+    try:
+        torch.nn.functional.layer_norm(torch.ones(1, 2, dtype=torch.float16), (2,))
+    except RuntimeError:
+        return True
+    return False
+
+
+def _forward_in_fp32(module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> Any:
+    """The forward pass computed on fp32 copies of the fp16 weights, as a GPU's fp16 kernels would with fp32
+    accumulation: the copies are differentiable, so the gradients still land on the fp16 parameters in fp16."""
+    copies = {name: tensor.float() for name, tensor in module.named_parameters()}
+    func = getattr(torch, "func", None)
+    if func is not None:
+        return func.functional_call(module, copies, args, kwargs)
+    from torch.nn.utils import stateless
+
+    return stateless.functional_call(module, copies, args, kwargs)
+
+
 class DistributedModel(nn.Module):
     def __init__(self, smp: SmpV1, module: nn.Module) -> None:
         super().__init__()
@@ -33,6 +58,8 @@ class DistributedModel(nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if not self._smp.in_step:
             raise ApiMisuse("the DistributedModel can only be called inside an @smp.step function")
+        if _lacks_cpu_half_kernels(self.module):
+            return _forward_in_fp32(self.module, args, kwargs)
         return self.module(*args, **kwargs)
 
     def backward(self, tensors: torch.Tensor, grad_tensors: Any = None) -> None:

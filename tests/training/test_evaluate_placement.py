@@ -2,8 +2,8 @@
 else spread by accelerate over the instance's GPUs, layer by layer; refused before loading when even that does not
 hold it. The decisions are tested with the devices' budgets passed in (a meta-device model costs no memory); the
 spread path runs for real on CPU, spread over the CPU and the disk (what accelerate can dispatch to without GPUs),
-and gives the perplexity of the one-device path. Synth's rule for the spread (stacks/config/adapter_evaluation.py) is
-checked against accelerate's own placement at the smallest capacity it accepts."""
+and gives the perplexity of the one-device path. Synth's rules for the spread are checked against these in
+test_evaluate_placement_synth.py (the dev suite only: it imports stacks/)."""
 
 from __future__ import annotations
 
@@ -49,14 +49,6 @@ def size_of(model: torch.nn.Module) -> int:
     return compute_module_sizes(model)[""]
 
 
-def test_each_gpu_keeps_synths_runtime_reserve() -> None:
-    from stacks import sizing
-
-    assert placement.RUNTIME_RESERVE_GIB == sizing.RUNTIME_OVERHEAD_GIB
-    gib = 1024**3
-    assert placement.budgets([24 * gib, 40 * gib, gib]) == {0: 22 * gib, 1: 38 * gib, 2: 0}
-
-
 def test_a_base_that_fits_the_first_gpu_or_has_no_other_goes_whole() -> None:
     model = skeleton(llama_config())
     size = size_of(model)
@@ -97,40 +89,6 @@ def test_a_base_too_large_for_all_gpus_is_refused_before_anything_loads() -> Non
     assert "does not fit the memory of this instance's devices" in message and "even spread over all of them" in message
     assert f"GPU 0 {size // 4 / 2**20:.1f} MiB, GPU 1" in message and "lm_head" in message
     assert "evaluate_instance_type" in message
-
-
-@pytest.mark.parametrize(
-    "shape",
-    [
-        {"vocab_size": 2048, "hidden_size": 64},  # the embedding is the largest part (as in Llama 3.1 70B)
-        {"vocab_size": 128, "hidden_size": 128},  # a layer is
-        {"vocab_size": 2048, "hidden_size": 64, "tie_word_embeddings": True},  # the LM head is the embedding
-    ],
-    ids=["embedding-largest", "layer-largest", "tied"],
-)
-@pytest.mark.parametrize("gpus", [2, 3, 4, 8])
-def test_what_synth_accepts_spread_accelerate_places(shape, gpus) -> None:
-    from stacks.config.adapter_evaluation import spread_need, spread_room
-
-    model = skeleton(llama_config(layers=16, **shape))
-    sizes = compute_module_sizes(model)
-    weights, layer = sizes[""], sizes["model.layers.0"]
-    largest = max(layer, sizes["model.embed_tokens"], sizes["lm_head"])
-    need = spread_need(weights, layer, largest, gpus)
-
-    def accepted(capacity: float) -> bool:
-        return need <= spread_room(weights, layer, gpus, capacity)
-
-    # The least per GPU synth's rule accepts, within a byte: above an even share, at most `need` (the last GPU alone).
-    low, high = weights / gpus, need
-    assert not accepted(low) and accepted(high)
-    while high - low > 1:
-        low, high = (low, (low + high) / 2) if accepted((low + high) / 2) else ((low + high) / 2, high)
-    spread = placement.device_map(model, {gpu: int(high) for gpu in range(gpus)})  # no ConfigurationError
-    # Where synth's bound needs the weights' size on each GPU, accelerate's map is the whole model on one.
-    assert (spread is None) == (high >= weights), spread
-    with pytest.raises(ConfigurationError):  # the bound is not vacuous: below an even share nothing fits
-        placement.device_map(model, {gpu: int(weights / gpus * 0.97) for gpu in range(gpus)})
 
 
 @pytest.fixture(scope="module")

@@ -23,8 +23,6 @@ from moto import mock_aws
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "training"))
 import stage_model
 
-from stacks.catalog.models import MODELS
-
 MAIN = "47e169305d2e8376be1d31e765533382721b2cc1"  # what the stand-in's main points at (any 40-hex value)
 OTHER = "0123456789abcdef0123456789abcdef01234567"
 BUCKET = "models"
@@ -345,16 +343,6 @@ def test_a_record_of_another_repository_is_never_overwritten(tmp_path, s3):
         stage_model.run("someone/else", "main", f"s3://{BUCKET}/pretrained/gpt-j-6b/", tmp_path / "w", hub=hub, s3=s3)
 
 
-def test_the_keys_are_the_ones_the_stacks_read():
-    model = MODELS["bloom-176b"]
-    pinned = model.staged("deepspeed-int8-tp8", allow_pickle=True)
-    keys = stage_model.Keys.of(pinned.prefix, pinned.revision, pinned.revision)
-    assert (keys.files, keys.record, keys.pointer) == (pinned.files_prefix(pinned.revision), pinned.record_key, None)
-    followed = MODELS["gpt-j-6b"].staged()
-    keys = stage_model.Keys.of(followed.prefix, MAIN, "main")
-    assert (keys.files, keys.pointer) == (followed.files_prefix(MAIN), followed.record_key)
-
-
 # --- pre-sharded DeepSpeed inference checkpoints -----------------------------------------------------------------
 
 # As DeepSpeed writes it (deepspeed@v0.12.6:deepspeed/module_inject/replace_module.py, save_mp_checkpoint_path) and as
@@ -459,19 +447,25 @@ def test_main_passes_what_the_pipeline_step_says(tmp_path, monkeypatch):
         allow_pickle=False,
         token=None,
         token_source=None,
+        readers=None,
     ):
         seen.update(model_id=model_id, revision=revision, destination=destination, deepspeed=deepspeed,
-                    allow_pickle=allow_pickle, region=s3.meta.region_name)  # fmt: skip
+                    allow_pickle=allow_pickle, region=s3.meta.region_name, readers=readers)  # fmt: skip
         assert token is None  # no --hf_token_secret: no token, and no call to Secrets Manager
         return {}
 
     monkeypatch.setattr(stage_model, "run", fake_run)
     argv = ["--model_id", "m/x", "--revision", "main", "--destination", "s3://models/pretrained/x/", "--region",
             "eu-west-1", "--output_dir", str(tmp_path)]  # fmt: skip
-    assert stage_model.main([*argv, "--deepspeed_tp_size", "8", "--deepspeed_dtype", "int8", "--allow_pickle"]) == 0
+    assert stage_model.main([*argv, "--deepspeed_tp_size", "8", "--deepspeed_dtype", "int8", "--allow_pickle",
+                             "--readers", "transformers=4.39.0,tokenizers=0.15.2"]) == 0  # fmt: skip
     assert seen == {"model_id": "m/x", "revision": "main", "destination": "s3://models/pretrained/x/",
-                    "deepspeed": (8, "int8"), "allow_pickle": True, "region": "eu-west-1"}  # fmt: skip
+                    "deepspeed": (8, "int8"), "allow_pickle": True, "region": "eu-west-1",
+                    "readers": {"transformers": (4, 39, 0), "tokenizers": (0, 15, 2)}}  # fmt: skip
     assert stage_model.main(argv) == 0 and seen["deepspeed"] is None and seen["allow_pickle"] is False
+    assert seen["readers"] == {}
+    with pytest.raises(SystemExit):
+        stage_model.main([*argv, "--readers", "transformers=latest"])
     with pytest.raises(SystemExit):
         stage_model.main([*argv, "--deepspeed_tp_size", "8"])  # both or neither
     with pytest.raises(SystemExit):

@@ -19,6 +19,7 @@ from training_helpers import (
     BLOCK_SIZE,
     TRAINING_DIR,
     load_module,
+    load_saved_model,
     read_log_records,
     run_script,
     run_train_py_until_killed,
@@ -75,14 +76,14 @@ def test_metric_definitions_match_what_train_prints(reference_run) -> None:
 
 
 def test_saved_model_loads_with_from_pretrained_and_generates(reference_run) -> None:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     model_dir = reference_run["dir"] / "model"
     assert (model_dir / "model.safetensors").is_file()
     assert not list(model_dir.glob("*.bin"))
     assert not (model_dir / ".full_state").exists()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    model = load_saved_model(model_dir).eval()
     assert type(model).__name__ == "GPTJForCausalLM" and model.config.use_cache
     encoded = tokenizer("the model", return_tensors="pt")
     # Only ids and mask: transformers 4.2x tokenizers also return token_type_ids, which GPT-J would embed.

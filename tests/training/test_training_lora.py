@@ -21,6 +21,7 @@ from safetensors.torch import load_file
 from training_helpers import (
     ADAPTER_FOLDER_FILES,
     TRAINING_DIR,
+    adapter_folder_files,
     assert_training_loss_falls,
     load_module,
     run_train_py_until_killed,
@@ -109,7 +110,7 @@ def test_lora_loss_falls_with_only_the_adapters_trained(lora_runs, arch) -> None
 @pytest.mark.parametrize("arch", sorted(CONFIGS))
 def test_the_output_is_an_adapter_folder_with_its_base_record(lora_runs, arch) -> None:
     model_dir = lora_runs[arch]["dir"] / "model"
-    assert sorted(path.name for path in model_dir.iterdir()) == ADAPTER_FOLDER_FILES
+    assert adapter_folder_files(model_dir) == ADAPTER_FOLDER_FILES
     config = json.loads((model_dir / "adapter_config.json").read_text())
     assert config["peft_type"] == "LORA" and config["r"] == 8 and config["lora_alpha"] == 16
     assert sorted(config["target_modules"]) == sorted(LORA_TARGETS[arch])
@@ -253,7 +254,8 @@ def test_qlora_loads_the_base_in_4bit_nf4_on_the_rank_gpu_then_adds_adapters(bas
     assert quantization.bnb_4bit_quant_type == "nf4" and quantization.bnb_4bit_use_double_quant
     assert quantization.bnb_4bit_compute_dtype == torch.bfloat16
     assert options["device_map"] == {"": torch.device("cuda", 3)}  # quantized as it moves to this rank's GPU
-    assert options["dtype"] == torch.bfloat16
+    # transformers 5.x calls it dtype; 4.46.3 (the SMP v2 image) torch_dtype.
+    assert options.get("dtype", options.get("torch_dtype")) == torch.bfloat16
     assert prepared == [{"use_gradient_checkpointing": False}]
     assert type(model).__name__ == "PeftModelForCausalLM" and model.peft_config["default"].r == 4
 

@@ -24,7 +24,7 @@ import torch
 import transformers
 from finetune.adapters import BASE_RECORD_FILE, LORA_TARGETS
 from safetensors.torch import load_file
-from training_helpers import ADAPTER_FOLDER_FILES, assert_training_loss_falls, train_arguments
+from training_helpers import ADAPTER_FOLDER_FILES, adapter_folder_files, assert_training_loss_falls, train_arguments
 
 WORLD_SIZE = 2
 MP_PARAMETERS = {"hybrid_shard_degree": WORLD_SIZE, "tensor_parallel_degree": 1}
@@ -168,7 +168,7 @@ def test_the_loss_falls_and_the_output_is_the_lora_adapter_folder(straight_runs,
     assert_training_loss_falls(straight_run["log"], FLAGS["max_steps"], window=3)
 
     model_dir = straight_run["dir"] / "model"
-    assert sorted(path.name for path in model_dir.iterdir()) == ADAPTER_FOLDER_FILES
+    assert adapter_folder_files(model_dir) == ADAPTER_FOLDER_FILES
     config = json.loads((model_dir / "adapter_config.json").read_text())
     assert (
         config["peft_type"] == "LORA"

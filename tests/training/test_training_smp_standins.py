@@ -1,4 +1,5 @@
-"""train.py's SMP v1 and SMP v2 code paths, run in-process against STAND-INS of the libraries (smp_standins.py).
+"""train.py's SMP v1 code path, run in-process against a STAND-IN of the library (smp_standins.py); the SMP v2 path,
+which runs in another image (tests/training/image_environments.py), is test_training_smp_v2_standins.py.
 
 The stand-ins check the call order and arguments the real libraries require (and raise where the real library
 would refuse or misbehave); the runs here then check what train.py produced. They do NOT prove that SMP's
@@ -16,16 +17,10 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from finetune.backends.smp_v2 import SmpV2Backend
-from finetune.hyperparameters import parse_hyperparameters
-from finetune.layout import parse_layout
 from finetune.modeling import build_model, load_model_source
 from safetensors.torch import load_file
-from smp_standin_v2 import SmpV2
 from smp_standins import ApiMisuse, SmpV1
-from training_helpers import train_arguments
-
-from local.tiny import build_config
+from training_helpers import load_saved_model, train_arguments
 
 # One process stands in for the cluster, so FSDP falls back to NO_SHARD and says so; torch 2.13 also flags the FSDP1
 # state-dict API that the SMP v2 images (torch 2.0-2.5) still use.
@@ -34,14 +29,6 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:When using ``NO_SHARD`` for ``ShardingStrategy``:UserWarning"),
     pytest.mark.filterwarnings("ignore:FSDP.state_dict_type\\(\\) and FSDP.set_state_dict_type\\(\\):FutureWarning"),
 ]
-
-
-@pytest.fixture
-def fresh_process_group():
-    """Each SMP run initializes torch.distributed in this process; leave none behind."""
-    yield
-    if dist.is_initialized():
-        dist.destroy_process_group()
 
 
 def _install(monkeypatch: pytest.MonkeyPatch, modules: dict) -> None:
@@ -107,9 +94,7 @@ def test_smp_v1_path_follows_the_library_contract_and_resumes(
     assert partial["_smp_is_partial"] is True and "transformer.h.0.attn.q_proj.weight" in partial  # no TP: HF names
 
     # The final model: gathered on rank 0, written as an HF folder.
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(tmp_path / "model")
+    model = load_saved_model(tmp_path / "model")
     assert type(model).__name__ == "GPTJForCausalLM"
     assert not (tmp_path / "model" / ".full_state").exists()
 
@@ -221,81 +206,3 @@ def test_smp_v1_stand_in_checkpoints_keep_smp_names_and_translate_full_ones_when
     smp.save_checkpoint(str(tmp_path), "smp.pt", partial=False, model=model, translate_if_full=False)
     untranslated = torch.load(tmp_path / "smp.pt")
     assert untranslated["_smp_is_partial"] is False and "word_embedding.weight" in untranslated
-
-
-def _v2_environment(parameters: dict) -> dict:
-    # What torchrun (SageMaker's SMP v2 launcher) provides.
-    return {
-        "SM_HP_MP_PARAMETERS": json.dumps(parameters),
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": _free_port(),
-        "RANK": "0",
-        "WORLD_SIZE": "1",
-        "LOCAL_RANK": "0",
-        "LOCAL_WORLD_SIZE": "1",
-    }
-
-
-def test_smp_v2_path_trains_with_fsdp_and_resumes(
-    train_script, tiny_assets, prepared_data, tmp_path, monkeypatch, clean_environment, fresh_process_group
-) -> None:
-    environ = _v2_environment({"hybrid_shard_degree": 1, "activation_loading_horizon": 2})
-    for name, value in environ.items():
-        monkeypatch.setenv(name, value)
-    tsm = SmpV2()
-    _install(monkeypatch, tsm.modules())
-    options = {"activation_checkpointing": "true", "validation_freq": 3, "checkpoint_freq": 3, "lr_decay_iters": 7}
-    summary = train_script.run(train_arguments(tiny_assets, prepared_data, tmp_path, max_steps=6, **options), environ)
-    assert summary["backend"] == "smp_v2"
-    names = tsm.names()
-    assert names[0] == "init" and "transform" not in names  # GPT-J: no SMP v2 tensor parallelism, plain FSDP
-    assert names.count("clip_grad_norm_") == 6
-    assert (tmp_path / "checkpoints" / "step_00000003" / "model.pt").is_file()
-
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(tmp_path / "model")
-    reference = build_model(load_model_source(None, str(tiny_assets["config"]), str(tiny_assets["tokenizer"])), None)
-    assert model.state_dict().keys() == reference.state_dict().keys()  # clean HF names, no FSDP/checkpoint prefixes
-
-    # Restart: FSDP full state dicts are read back, and training continues from step 3.
-    monkeypatch.setenv("MASTER_PORT", _free_port())
-    resumed = SmpV2()
-    _install(monkeypatch, resumed.modules())
-    train_script.run(train_arguments(tiny_assets, prepared_data, tmp_path, max_steps=7, **options), environ)
-    assert resumed.names().count("clip_grad_norm_") == 4
-    # ... and ends where an uninterrupted 7-step run ends (the SMP v2 backend closes its own process group).
-    monkeypatch.setenv("MASTER_PORT", _free_port())
-    _install(monkeypatch, SmpV2().modules())
-    straight = tmp_path / "straight"
-    train_script.run(train_arguments(tiny_assets, prepared_data, straight, max_steps=7, **options), environ)
-    assert _same_weights(tmp_path / "model", straight / "model")
-
-
-def test_smp_v2_transforms_before_the_fsdp_wrap_for_tensor_parallelism(
-    tiny_assets, tmp_path, monkeypatch, clean_environment, fresh_process_group
-) -> None:
-    environ = _v2_environment({"tensor_parallel_degree": 2, "hybrid_shard_degree": 2})
-    for name, value in environ.items():
-        monkeypatch.setenv(name, value)
-    tsm = SmpV2()
-    _install(monkeypatch, tsm.modules())
-    config = build_config("gpt_neox", vocab_size=512).to_dict()
-    (tmp_path / "neox.json").write_text(json.dumps(config))
-    arguments = ["--model_config", str(tmp_path / "neox.json"), "--tokenizer_dir", str(tiny_assets["tokenizer"])]
-    hp, _ = parse_hyperparameters(arguments, environ)
-    backend = SmpV2Backend(hp, parse_layout(json.loads(environ["SM_HP_MP_PARAMETERS"])), "fp32", environ)
-    backend.setup()
-    source = load_model_source(None, str(tmp_path / "neox.json"), str(tiny_assets["tokenizer"]))
-    model = backend.create_model(lambda dtype: build_model(source, dtype))
-    wrapped, _ = backend.prepare(model, lambda module: torch.optim.AdamW(module.parameters()))
-    from torch.distributed.fsdp import FullyShardedDataParallel
-
-    assert tsm.names() == ["init", "transform"]  # the stand-in raises if transform sees an FSDP-wrapped model
-    assert isinstance(wrapped, FullyShardedDataParallel) and wrapped.module is model
-    backend.shutdown()
-
-
-def test_smp_v2_stand_in_rejects_init_before_the_process_group(fresh_process_group) -> None:
-    with pytest.raises(ApiMisuse, match=r"needs torch\.distributed initialized first"):
-        SmpV2().init()

@@ -28,6 +28,26 @@ ADAPTER_FOLDER_FILES = [
     "tokenizer.json",
     "tokenizer_config.json",
 ]
+# transformers 4.x (the images' 4.21 and 4.46.3) also writes special_tokens_map.json; 5.x folds it into
+# tokenizer_config.json.
+TOKENIZER_4X_FILES = {"special_tokens_map.json"}
+
+
+def adapter_folder_files(folder: Path) -> list[str]:
+    """The names in a LoRA run's model folder, without the tokenizer files only some transformers lines write."""
+    return sorted(path.name for path in folder.iterdir() if path.name not in TOKENIZER_4X_FILES)
+
+
+def load_saved_model(folder: Path):
+    """The causal LM of a model folder a job wrote (config.json, safetensors), loaded the way this transformers line
+    can: from_pretrained where it reads safetensors, else (4.21, the SMP v1 image, has no safetensors support) the
+    evaluation step's own loader, finetune.modeling.load_hf_model."""
+    import transformers.utils
+    from finetune.modeling import load_hf_model
+
+    if hasattr(transformers.utils, "SAFE_WEIGHTS_NAME"):
+        return transformers.AutoModelForCausalLM.from_pretrained(folder)
+    return load_hf_model(str(folder))
 
 
 def load_module(name: str, path: Path) -> ModuleType:

@@ -7,7 +7,7 @@ AutoModelForCausalLM.from_config, <causal LM class>.from_pretrained(None, config
 4.21 for "both a configuration and a state dictionary"), config/tokenizer save_pretrained and, for the torch and SMP
 v2 backends, model.save_pretrained(state_dict=...). Where the lines differ the code asks the object instead of the
 version: transformers 4.21 has no safetensors support at all (no SAFE_WEIGHTS_NAME, no `safe_serialization`), so
-weights are read with the `safetensors` package here and the SMP v1 final model is written with huggingface_hub's
+weights are read with the `safetensors` package here and a final model is written there with huggingface_hub's
 save_torch_state_dict; `gradient_checkpointing_kwargs` arrived after 4.21; 5.x renamed `torch_dtype` to `dtype`.
 """
 
@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .compatibility import REMEDY, check_readable, file_problems, folder_problems, installed_readers
 from .errors import ConfigurationError
 
 # Files that make a folder a tokenizer (fast tokenizers, or the vocabularies slow ones are built from). Without any,
@@ -91,6 +92,10 @@ def _load_tokenizer(candidates: list[str]) -> Any:
         if problem:
             problems.append(problem)
             continue
+        unreadable = folder_problems(folder, installed_readers())
+        if unreadable:
+            problems.append(f"{'; '.join(unreadable)}; {REMEDY}")
+            continue
         try:
             tokenizer = AutoTokenizer.from_pretrained(name)
         except (OSError, ValueError, KeyError) as error:
@@ -120,6 +125,7 @@ def _config_from_folder(folder: Path, what: str) -> Any:
     problem = _json_problem(folder)
     if problem:
         raise ConfigurationError(f"{what} {folder}: {problem}; stage a complete Hugging Face model folder")
+    check_readable(folder, what)
     try:
         return AutoConfig.from_pretrained(str(folder))
     except (OSError, ValueError, KeyError) as error:
@@ -146,6 +152,9 @@ def _config_from_path(path: str) -> Any:
         raise ConfigurationError(
             f'--model_config {path} must be an HF config JSON object with a model_type (e.g. "gptj")'
         ) from None
+    problems = file_problems(target, "config.json", installed_readers())
+    if problems:
+        raise ConfigurationError(f"--model_config {path} cannot be read here: {'; '.join(problems)}; {REMEDY}")
     try:
         return AutoConfig.for_model(model_type, **values)
     except (ValueError, KeyError) as error:
@@ -383,16 +392,18 @@ def _strip_wrapper_prefixes(state_dict: dict[str, torch.Tensor]) -> dict[str, to
 def save_hf_model(
     model: nn.Module, tokenizer: Any, state_dict: dict[str, torch.Tensor], model_dir: str
 ) -> tuple[Path, list[str]]:
-    """Write the final model in HF format (config + weights + tokenizer) with the model's save_pretrained:
-    safetensors where the transformers version writes them, pytorch_model.bin with 4.21."""
+    """Write the final model in HF format (config + weights + tokenizer) with the model's save_pretrained, as
+    safetensors on every transformers line: 4.21 (the SMP v1 image) writes only pickles (pytorch_model.bin), so
+    there the folder is written by write_hf_folder instead."""
+    if "safe_serialization" not in inspect.signature(model.save_pretrained).parameters:
+        return write_hf_folder(model.config, tokenizer, state_dict, model_dir)
     target = Path(model_dir)
     target.mkdir(parents=True, exist_ok=True)
     state_dict = _strip_wrapper_prefixes(state_dict)
     model.config.use_cache = True  # inference wants the cache back
-    options: dict[str, Any] = {"state_dict": {name: tensor.detach().cpu() for name, tensor in state_dict.items()}}
-    if "safe_serialization" in inspect.signature(model.save_pretrained).parameters:
-        options["safe_serialization"] = True  # later 4.x: opt in; 5.x always writes safetensors
-    model.save_pretrained(str(target), **options)
+    tensors = {name: tensor.detach().cpu() for name, tensor in state_dict.items()}
+    # Later 4.x: opt in; 5.x always writes safetensors.
+    model.save_pretrained(str(target), state_dict=tensors, safe_serialization=True)
     tokenizer.save_pretrained(str(target))
     return target, sorted(path.name for path in target.iterdir())
 

@@ -36,7 +36,7 @@ from stacks.catalog.models import Model as CatalogModel
 from stacks.catalog.models import StagedWeights
 from stacks.config import ServingConfig, TrainingConfig
 from stacks.constructs.training_pipeline import registration
-from stacks.training_job import hyperparameters, smp_parameters
+from stacks.training_job import hyperparameters, smp_parameters, training_readers
 from training.finetune.metrics import METRIC_DEFINITIONS
 
 # Deploy-time values, as Fn::Sub variables (plus CloudFormation's pseudo parameters).
@@ -556,6 +556,26 @@ def staged_repositories(training: TrainingConfig, serving: ServingConfig) -> lis
     return list(found.values())
 
 
+def staging_readers(training: TrainingConfig, serving: ServingConfig, staged: StagedWeights) -> str:
+    """stage_model.py's --readers for one repository: the oldest version of each library that reads it in the stage,
+    among the training jobs (when training stages it) and the endpoint's engine (when serving does). Empty when no
+    reader has a limit this project checks (weights only the vllm engine reads)."""
+    from packaging.version import Version
+
+    same = (staged.name, staged.revision)
+    found = (
+        [training_readers(training)] if (training.staged_weights.name, training.staged_weights.revision) == same else []
+    )
+    if serving.staged_weights is not None and (serving.staged_weights.name, serving.staged_weights.revision) == same:
+        found.append(dict(images.lmi_image(serving.engine).folder_readers))
+    oldest: dict[str, str] = {}
+    for readers in found:
+        for library, version in readers.items():
+            if library not in oldest or Version(version) < Version(oldest[library]):
+                oldest[library] = version
+    return ",".join(f"{library}={version}" for library, version in sorted(oldest.items()))
+
+
 def staging_step_name(staged: StagedWeights, others: list[StagedWeights]) -> str:
     """Stage-<name>; with the commit's first 12 digits (or main) when training and serving stage one repository at
     two revisions."""
@@ -595,6 +615,9 @@ def staging_definition(
             ]  # fmt: skip
             if staged.allow_pickle:
                 arguments.append("--allow_pickle")
+            readers = staging_readers(training, serving, staged)
+            if readers:
+                arguments += ["--readers", readers]
             if staged.deepspeed is not None:
                 arguments += [
                     "--deepspeed_tp_size",
