@@ -95,17 +95,28 @@ ENVIRONMENTS = (
 BY_NAME = {environment.name: environment for environment in ENVIRONMENTS}
 
 
+# What a candidate interpreter says of itself: its version, and the interpreter a venv of it is built on (a
+# virtualenv's or a pyenv shim's python stands for the installation under it, so each resolves to one path).
+BASE_INTERPRETER = (
+    "import os, sys; print('%d.%d' % sys.version_info[:2]); "
+    "print(os.path.realpath(sys.executable) if sys.prefix == sys.base_prefix "
+    "else os.path.join(sys.base_prefix, 'bin', 'python%d.%d' % sys.version_info[:2]))"
+)
+
+
 def interpreter(version: str) -> str:
-    """This machine's Python `version`: PYTHON_3_9-style override, `python3.9` on PATH, or pyenv's."""
+    """This machine's Python `version`, as the path of the installation itself: a PYTHON_3_9-style override,
+    `python3.9` on PATH (even a virtualenv's), or pyenv's."""
     override = os.environ.get(f"PYTHON_{version.replace('.', '_')}")
     candidates = [override] if override else []
     candidates.append(shutil.which(f"python{version}") or "")
     root = os.environ.get("PYENV_ROOT", str(Path.home() / ".pyenv"))
     candidates += sorted(glob.glob(f"{root}/versions/{version}.*/bin/python{version}"), reverse=True)
     for candidate in filter(None, candidates):
-        result = subprocess.run([candidate, "--version"], capture_output=True, text=True, check=False)
-        if result.returncode == 0 and result.stdout.split()[-1].startswith(f"{version}."):
-            return candidate
+        result = subprocess.run([candidate, "-c", BASE_INTERPRETER], capture_output=True, text=True, check=False)
+        said = result.stdout.split()
+        if result.returncode == 0 and len(said) == 2 and said[0] == version:
+            return said[1]
     raise SystemExit(
         f"no Python {version} here: install it (`pyenv install {version}`) or point "
         f"PYTHON_{version.replace('.', '_')} at one; the image's tests need its own Python"

@@ -67,10 +67,16 @@ def test_an_environment_is_rebuilt_when_a_lock_it_installs_changes(tmp_path, mon
     assert test_containers.fingerprint(environment, "/usr/bin/python3.9") != before
 
 
-def test_the_interpreter_override_is_used_when_it_is_that_version(monkeypatch):
+def test_a_virtualenvs_python_stands_for_the_installation_it_was_made_from(monkeypatch):
+    """So the venv of an image and its fingerprint are the same whoever runs the target (make, a venv, bench)."""
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    monkeypatch.setenv(f"PYTHON_{version.replace('.', '_')}", sys.executable)
-    assert test_containers.interpreter(version) == sys.executable
+    installation = os.path.realpath(os.path.join(sys.base_prefix, "bin", f"python{version}"))
+    monkeypatch.setenv(f"PYTHON_{version.replace('.', '_')}", sys.executable)  # this test venv's python
+    assert sys.prefix != sys.base_prefix
+    assert os.path.realpath(test_containers.interpreter(version)) == installation
+    monkeypatch.delenv(f"PYTHON_{version.replace('.', '_')}")
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    assert os.path.realpath(test_containers.interpreter(version)) == installation
 
 
 def test_a_missing_python_is_refused_with_the_way_to_get_one(monkeypatch, tmp_path):
