@@ -6,20 +6,27 @@ engine does, refuses a bad request with a 4xx, and its fine-tuning pipeline exis
         [--pipeline-name llm-platform-staging-finetune] [--role-arn arn:aws:iam::...:role/...-smoke-test]
     python scripts/smoke_test.py --url http://127.0.0.1:8080          # the local endpoint (make local-serve)
     python scripts/smoke_test.py --endpoint-name ... --engine vllm --chat   # the model has a chat template
+    python scripts/smoke_test.py --endpoint-name llm-platform-dev --engine vllm \
+        --component llm-platform-dev-base --component llm-platform-dev-sql  # inference components, adapters too
+
+An endpoint that hosts inference components answers only requests that name one (InvokeEndpoint's
+InferenceComponentName): with --component, the request checks run once for each component named, by its name.
 
 The promotion pipeline runs it after the stages named in `pipeline.smoke_test_after`, assuming the stage's
-smoke-test role. It prints one line per check and exits 1 if any failed. It needs only boto3 (and nothing at all
-for a local endpoint).
+smoke-test role, naming every component and adapter of the stage. It prints one line per check and exits 1 if any
+failed. It needs only boto3 (and nothing at all for a local endpoint).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import http.client
 import json
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,20 +99,32 @@ class HttpEndpoint:
 
 
 class SageMakerEndpoint:
-    """A deployed endpoint, through the SageMaker runtime API."""
+    """A deployed endpoint, through the SageMaker runtime API; with `component`, the requests go to that inference
+    component of the endpoint (InferenceComponentName)."""
 
-    def __init__(self, name: str, session: Any) -> None:
+    def __init__(self, name: str, session: Any, component: str | None = None) -> None:
         self.name = name
+        self.component = component
         self.sagemaker = session.client("sagemaker")
         self.runtime = session.client("sagemaker-runtime")
 
     def describe(self) -> str:
         return self.sagemaker.describe_endpoint(EndpointName=self.name)["EndpointStatus"]
 
+    def of_component(self, component: str) -> SageMakerEndpoint:
+        """The same endpoint and clients, its requests naming `component`."""
+        named = copy.copy(self)
+        named.component = component
+        return named
+
+    def _target(self) -> dict:
+        """Which model answers: the endpoint's own, or the named inference component."""
+        return {"EndpointName": self.name} | ({"InferenceComponentName": self.component} if self.component else {})
+
     def invoke(self, payload: dict) -> Reply:
         try:
             response = self.runtime.invoke_endpoint(
-                EndpointName=self.name, ContentType="application/json", Body=json.dumps(payload).encode()
+                **self._target(), ContentType="application/json", Body=json.dumps(payload).encode()
             )
             return Reply(200, response["Body"].read())
         except self.runtime.exceptions.ModelError as error:  # the container answered with a non-2xx status
@@ -121,7 +140,7 @@ class SageMakerEndpoint:
 
         try:
             response = self.runtime.invoke_endpoint_with_response_stream(
-                EndpointName=self.name, ContentType="application/json", Body=json.dumps(payload).encode()
+                **self._target(), ContentType="application/json", Body=json.dumps(payload).encode()
             )
         except self.runtime.exceptions.ModelError as error:
             return StreamReply(
@@ -255,15 +274,20 @@ def check_chat_refused(reply: Reply) -> str:
     return "" if b"inputs" in reply.body else f"the refusal does not say to send inputs: {reply.body[:300]!r}"
 
 
+Report = Callable[[str, str], None]
+
+
 def run_checks(
     endpoint: HttpEndpoint | SageMakerEndpoint,
     pipeline: tuple[Any, str] | None = None,
     *,
     engine: str = "deepspeed",
     chat: bool = False,
+    components: Sequence[str] = (),
 ) -> list[str]:
     """Run every check; return the failures (each line is also printed). `engine` says which response formats to
-    expect; `chat` (vLLM) also checks the chat schema, for models with a chat template."""
+    expect; `chat` (vLLM) also checks the chat schema, for models with a chat template; `components` (a SageMaker
+    endpoint only): the inference components to check, each by name, in place of the endpoint's own model."""
     failures: list[str] = []
 
     def report(name: str, problem: str) -> None:
@@ -273,6 +297,30 @@ def run_checks(
 
     status = endpoint.describe()
     report("endpoint is in service", "" if status == "InService" else f"status {status}")
+    if components and not isinstance(endpoint, SageMakerEndpoint):
+        raise ValueError(f"components {list(components)}: only a SageMaker endpoint hosts inference components")
+    for target, label in _targets(endpoint, components):
+        check_requests(target, lambda name, problem, label=label: report(label + name, problem), engine, chat)
+    if pipeline:
+        client, name = pipeline
+        try:
+            client.describe_pipeline(PipelineName=name)
+            report(f"training pipeline {name} exists", "")
+        except client.exceptions.ResourceNotFound:
+            report(f"training pipeline {name} exists", "not found")
+    return failures
+
+
+def _targets(endpoint: HttpEndpoint | SageMakerEndpoint, components: Sequence[str]) -> list[tuple[Any, str]]:
+    """What the request checks run against, and the prefix of their names: the endpoint itself, or each component
+    (an endpoint of components refuses a request that names none)."""
+    if not components:
+        return [(endpoint, "")]
+    return [(endpoint.of_component(name), f"{name}: ") for name in components]
+
+
+def check_requests(endpoint: HttpEndpoint | SageMakerEndpoint, report: Report, engine: str, chat: bool) -> None:
+    """The checks of what one model answers: a prompt, the same streamed, the chat schema, a malformed request."""
     reply = endpoint.invoke(GOOD_REQUEST)
     problem = check_generation(reply)
     report("a prompt gets generated text with token counts", problem)
@@ -300,14 +348,6 @@ def run_checks(
         "a malformed request is refused with a 4xx",
         "" if 400 <= bad.status < 500 else f"answered {bad.status}: {bad.body[:200]!r}",
     )
-    if pipeline:
-        client, name = pipeline
-        try:
-            client.describe_pipeline(PipelineName=name)
-            report(f"training pipeline {name} exists", "")
-        except client.exceptions.ResourceNotFound:
-            report(f"training pipeline {name} exists", "not found")
-    return failures
 
 
 def aws_session(region: str, role_arn: str | None):
@@ -339,9 +379,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--chat", action="store_true", help="vllm: also check the chat schema (the model has a chat template)"
     )
+    parser.add_argument(
+        "--component",
+        action="append",
+        default=[],
+        help="an inference component of the endpoint to check by name (InferenceComponentName); repeat for each "
+        "component and adapter",
+    )
     args = parser.parse_args(argv)
     if args.chat and args.engine != "vllm":
         parser.error("--chat checks LMI's vLLM handler; the deepspeed engine's refusal of chat is always checked")
+    if args.component and args.url:
+        parser.error(
+            f"--component {args.component[0]}: a local endpoint serves one model; name components only with "
+            "--endpoint-name"
+        )
 
     if args.url:
         failures = run_checks(HttpEndpoint(args.url), engine=args.engine, chat=args.chat)
@@ -349,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
         session = aws_session(args.region, args.role_arn)
         endpoint = SageMakerEndpoint(args.endpoint_name, session)
         pipeline = (endpoint.sagemaker, args.pipeline_name) if args.pipeline_name else None
-        failures = run_checks(endpoint, pipeline, engine=args.engine, chat=args.chat)
+        failures = run_checks(endpoint, pipeline, engine=args.engine, chat=args.chat, components=args.component)
     if failures:
         print(f"smoke test failed: {len(failures)} check(s)", file=sys.stderr)
         return 1

@@ -9,6 +9,7 @@ field is in one or the other.
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -166,13 +167,18 @@ def _hyperparameters(training: Any) -> dict[str, str]:
     """What the Train step's HyperParameters carry from the config: train.py's flags and the SMP layout, each as the
     SDK writes it (JSON)."""
     from stacks.training_job import hyperparameters, smp_parameters
+    from training.finetune.memory import MEMORY_FLAGS
 
     flags = hyperparameters(
         training,
         max_steps=training.max_steps,
         learning_rate=training.learning_rate,
         train_batch_size=training.train_batch_size,
+        with_memory=False,
     )
+    # The memory figures are sized once the layout checks have passed (these limits come first): counted here at the
+    # longest JSON a float takes.
+    flags.update(dict.fromkeys(MEMORY_FLAGS, -sys.float_info.max))
     return {
         **{name: json.dumps(value) for name, value in flags.items()},
         "mp_parameters": json.dumps(smp_parameters(training)),

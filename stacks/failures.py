@@ -15,6 +15,12 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXIT_STATUS = 2
+# A message's first line is the summary; the lines after it often hold the reason itself (the CDK's "Validation
+# failed with the following errors:", one line per rule a name breaks): each is kept, cut so that no input is
+# echoed whole, up to MAX_LINES of them.
+FIRST_LINE_CHARACTERS = 200
+LINE_CHARACTERS = 1000
+MAX_LINES = 20
 
 
 class Refused(Exception):
@@ -33,18 +39,30 @@ def exit_on_failure(run: Callable[[], None], *, program: str) -> None:
 
 
 def describe(error: Exception, *, program: str) -> str:
-    """A Refused (a ConfigError is one) as written; anything else as one line: what was raised, its message's first
-    line, cut short, and where in the project's code it came from."""
+    """A Refused (a ConfigError is one) as written; anything else as what was raised, its message's first line, cut
+    short, and where in the project's code it came from, then the message's other lines, indented."""
     if isinstance(error, Refused):
         return str(error)
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    message = lines[0] if lines else "(no message)"
-    if len(message) > 200:
-        message = message[:197] + "..."
+    message = cut(lines[0], FIRST_LINE_CHARACTERS) if lines else "(no message)"
     where = _where(error)
-    return (
+    summary = (
         f"{program}: {type(error).__name__}: {message}{f' (at {where})' if where else ''}; DEBUG=1 shows the traceback"
     )
+    return "\n".join([summary, *_reasons(lines[1:])])
+
+
+def _reasons(lines: list[str]) -> list[str]:
+    """The lines after the first, indented under it: each cut to LINE_CHARACTERS, at most MAX_LINES of them."""
+    shown = [f"  {cut(line, LINE_CHARACTERS)}" for line in lines[:MAX_LINES]]
+    if len(lines) > MAX_LINES:
+        shown.append(f"  ... and {len(lines) - MAX_LINES} more lines")
+    return shown
+
+
+def cut(text: str, limit: int = FIRST_LINE_CHARACTERS) -> str:
+    """`text`, or its first `limit` characters ending in "...": no input is echoed whole."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _where(error: BaseException) -> str | None:

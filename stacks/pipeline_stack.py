@@ -26,7 +26,9 @@ from constructs import Construct
 from stacks import compliance
 from stacks.config import PlatformConfig
 from stacks.constructs import key_policy
+from stacks.constructs.adapter_components import adapter_names
 from stacks.constructs.execution_role import event_rule_role
+from stacks.constructs.inference_components import component_name
 from stacks.constructs.secure_bucket import secure_bucket
 from stacks.serving_stack import smoke_test_role_name, smoke_test_runner_role_name
 from stacks.stage import PlatformStage
@@ -52,6 +54,20 @@ def runtimes(**versions: str) -> pipelines.CodeBuildOptions:
     """CodeBuild options that select these runtime versions in the install phase (buildspec `runtime-versions`)."""
     return pipelines.CodeBuildOptions(
         partial_build_spec=codebuild.BuildSpec.from_object({"phases": {"install": {"runtime-versions": versions}}})
+    )
+
+
+def smoke_test_command(config: PlatformConfig, name: str) -> str:
+    """The smoke test of stage `name`. The engine decides which response formats the checks expect (streaming, chat).
+    An endpoint of inference components refuses requests that name no component (InvokeEndpoint's
+    InferenceComponentName): each component and each adapter is checked by its name."""
+    serving = config.stages[name].serving
+    endpoint_name = f"{config.project}-{name}"
+    shorts = [c.name for c in serving.components] + adapter_names(serving)
+    return (
+        'python3 scripts/smoke_test.py --endpoint-name "$ENDPOINT_NAME" --region "$STAGE_REGION" '
+        '--pipeline-name "$PIPELINE_NAME" --role-arn "$SMOKE_TEST_ROLE_ARN" '
+        f"--engine {serving.engine}" + "".join(f" --component {component_name(endpoint_name, s)}" for s in shorts)
     )
 
 
@@ -191,12 +207,7 @@ class PipelineStack(Stack):
                 "SMOKE_TEST_ROLE_ARN": stage.serving.smoke_test_role_output,
             },
             install_commands=[f"python3 -m pip install --quiet boto3=={BOTO3_VERSION}"],
-            commands=[
-                'python3 scripts/smoke_test.py --endpoint-name "$ENDPOINT_NAME" --region "$STAGE_REGION" '
-                '--pipeline-name "$PIPELINE_NAME" --role-arn "$SMOKE_TEST_ROLE_ARN" '
-                # The engine decides which response formats the checks expect (streaming, chat).
-                f"--engine {config.stages[name].serving.engine}"
-            ],
+            commands=[smoke_test_command(config, name)],
             role=runner,
             role_policy_statements=[iam.PolicyStatement(actions=["sts:AssumeRole"], resources=[role_arn])],
         )

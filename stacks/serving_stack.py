@@ -127,9 +127,8 @@ class ServingStack(Stack):
             if staged is not None and staged.pinned:
                 # A pinned commit's location is a literal: only this makes the model wait for its record's check.
                 model.node.add_dependency(where.node.find_child(WEIGHTS_LOOKUP))
-            if network_policy is not None:
-                # SageMaker checks the role's network-interface permissions when it creates the Model in a VPC.
-                model.node.add_dependency(network_policy)
+        if network_policy is not None:
+            self._wait_for_network_access(network_policy)
         self.adapters = (
             AdapterComponents(
                 self,
@@ -155,7 +154,13 @@ class ServingStack(Stack):
         if self.code is not None:
             CfnOutput(self, "InferenceCodeUri", value=self.code.s3_uri)
         self.smoke_test_role_output = (
-            self._smoke_test_role(endpoint_name, finetune_pipeline_name, smoke_test_account)
+            self._smoke_test_role(
+                endpoint_name,
+                finetune_pipeline_name,
+                smoke_test_account,
+                components=[inference_components.component_name(endpoint_name, c.name) for c in serving.components]
+                + [inference_components.component_name(endpoint_name, a) for a in adapter_names(serving)],
+            )
             if smoke_test_account
             else None
         )
@@ -285,15 +290,35 @@ class ServingStack(Stack):
             return None
         return vpc_access_policy(self, "VpcAccess", role=role, vpc=serving.vpc)
 
+    def _wait_for_network_access(self, policy: iam.Policy) -> None:
+        """SageMaker creates network interfaces in the VPC with the hosting role when it creates a Model there and
+        when it starts instances: with inference components VpcConfig sits on the EndpointConfig, which names no
+        Model, so the EndpointConfig and the Endpoint must wait for the grant themselves (the role has no other ec2:*
+        grant; without the dependency CloudFormation may create them first). Components, adapters included, wait
+        through the Endpoint they name."""
+        endpoint = self.endpoint
+        for resource in (
+            endpoint.model,
+            *endpoint.component_models.values(),
+            endpoint.endpoint_config,
+            endpoint.endpoint,
+        ):
+            if resource is not None:
+                resource.node.add_dependency(policy)
+
     def _lookup_logs(self, encryption_key: kms.IKey, scope: Construct) -> logs.LogGroup:
         return logs.LogGroup(
             scope, "WeightsLookupLogs", retention=logs.RetentionDays.ONE_YEAR, encryption_key=encryption_key
         )
 
-    def _smoke_test_role(self, endpoint_name: str, pipeline_name: str, account: str) -> CfnOutput:
+    def _smoke_test_role(
+        self, endpoint_name: str, pipeline_name: str, account: str, *, components: list[str]
+    ) -> CfnOutput:
         """What the promotion pipeline's smoke test may do in this stage: invoke the endpoint (also streamed) and
-        describe it, and look up the fine-tuning pipeline. Named, so the pipeline (in another account, perhaps) can
-        name it too.
+        describe it, and look up the fine-tuning pipeline. `components`: the inference components (adapters
+        included) it invokes by name; the grant names their ARNs beside the endpoint's, so that the call is allowed
+        whichever of the two IAM authorizes a component's invocation against. Named, so the pipeline (in another
+        account, perhaps) can name it too.
 
         Trusted: the pipeline account, on condition that the caller is the smoke test's CodeBuild role there
         (aws:PrincipalArn). Naming that role as the principal instead would make IAM check that it exists when this
@@ -317,7 +342,13 @@ class ServingStack(Stack):
                     "sagemaker:InvokeEndpointWithResponseStream",
                     "sagemaker:DescribeEndpoint",
                 ],
-                resources=[self.format_arn(service="sagemaker", resource="endpoint", resource_name=endpoint_name)],
+                resources=[
+                    self.format_arn(service="sagemaker", resource="endpoint", resource_name=endpoint_name),
+                    *(
+                        self.format_arn(service="sagemaker", resource="inference-component", resource_name=name)
+                        for name in components
+                    ),
+                ],
             )
         )
         role.add_to_policy(

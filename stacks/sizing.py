@@ -34,6 +34,9 @@ Training, per GPU, mixed precision with Adam (model states of ZeRO's accounting,
     split by tensor x pipeline parallelism; the 12 optimizer bytes also split over the data-parallel ranks with
     shard_optimizer_state; all 16 split over the sharded-data-parallel degree; plus activations per micro-batch
     (checkpointed: one hidden state per layer, and one layer's working set).
+    What SMP v1's tensor parallelism keeps whole is not split by the tensor parallel degree: its GPT-J and GPT-NeoX
+    hooks set parallel_attn_output, which turns DistributedTransformerLMHead's distribute_embedding off, so every
+    tensor-parallel rank holds a plain nn.Embedding and LM head (SMP_V1_WHOLE_ON_EVERY_TP_RANK).
 """
 
 from __future__ import annotations
@@ -359,11 +362,34 @@ def suggest_serving(
     return "no supported instance type holds it; lower max_batch_size or the context"
 
 
+# SMP v1's Hugging Face hooks that set parallel_attn_output, and whether their LM head has a bias (use_lm_head_bias):
+# DistributedTransformerLMHead._parse_args then disables distribute_embedding ("not supported together with
+# parallel_attn_output"), and __init__ builds a plain nn.Embedding and nn.Linear LM head, whole on every rank
+# (tkazusa/smdistributed_modelparallel@b5e06a8: torch/nn/transformer.py, torch/nn/huggingface/gptj.py, gptneox.py).
+# Keyed by Hugging Face model_type; SMP v1 has no other hook for a catalog model (GPT-2, GPT-Neo, BERT, RoBERTa, T5
+# and ViT keep distribute_embedding's default, off, too, but the pipeline runs none of them).
+SMP_V1_WHOLE_ON_EVERY_TP_RANK = {"gptj": True, "gpt_neox": False}
+
+
+def smp_v1_whole_parameters(model: Model, tensor_parallel_degree: int) -> int:
+    """The parameters SMP v1's tensor parallelism keeps whole on every rank: the token embedding and the LM head
+    (one matrix when tied), with its bias; 0 without tensor parallelism or for a model SMP v1 does not replace."""
+    if tensor_parallel_degree <= 1 or model.architecture not in SMP_V1_WHOLE_ON_EVERY_TP_RANK:
+        return 0
+    embedding = model.vocab_size * model.hidden_size
+    lm_head = 0 if model.tied_embeddings else embedding
+    bias = model.vocab_size if SMP_V1_WHOLE_ON_EVERY_TP_RANK[model.architecture] else 0
+    return embedding + lm_head + bias
+
+
 @dataclass(frozen=True)
 class TrainingFit:
     model_states_gib: float  # per GPU
     activations_gib: float  # per GPU
     capacity_gib: float
+    # Of model_states_gib: what every tensor-parallel GPU holds whole, and what it is (shown in the plan).
+    whole_gib: float = 0.0
+    whole: str = ""
 
     @property
     def total_gib(self) -> float:
@@ -374,9 +400,15 @@ class TrainingFit:
         return self.total_gib <= self.capacity_gib
 
     def describe(self) -> str:
+        whole = (
+            f", of which {self.whole_gib:.1f} for what every tensor-parallel GPU holds whole: {self.whole}"
+            if self.whole_gib
+            else ""
+        )
         return (
             f"{self.total_gib:.1f} GiB of {self.capacity_gib:.1f} GiB usable per GPU "
-            f"(weights, gradients and optimizer {self.model_states_gib:.1f} + activations {self.activations_gib:.1f})"
+            f"(weights, gradients and optimizer {self.model_states_gib:.1f}{whole} + activations "
+            f"{self.activations_gib:.1f})"
         )
 
 
@@ -393,18 +425,22 @@ def training_fit(
     micro_batch_size: int,
     sequence_length: int,
     activation_checkpointing: bool,
+    whole_parameters: int = 0,
 ) -> TrainingFit:
+    """`whole_parameters`: those every tensor-parallel rank holds whole (smp_v1_whole_parameters), counted whole on
+    the pipeline stage that holds them; the rest is split over tensor x pipeline parallelism."""
     model_parallel = tensor_parallel_degree * pipeline_parallel_degree
     half = precision in ("fp16", "bf16")
     weights_and_grads = (2 + 2) if half else (4 + 4)
     optimizer = (4 + 8) if half else 8  # fp32 master copy only with half precision
-    params = model.parameters / model_parallel
     if sharded_data_parallel_degree > 1:
-        states = params * (weights_and_grads + optimizer) / sharded_data_parallel_degree
+        per_parameter = (weights_and_grads + optimizer) / sharded_data_parallel_degree
     elif shard_optimizer_state:
-        states = params * (weights_and_grads + optimizer / data_parallel_degree)
+        per_parameter = weights_and_grads + optimizer / data_parallel_degree
     else:
-        states = params * (weights_and_grads + optimizer)
+        per_parameter = weights_and_grads + optimizer
+    whole = whole_parameters * per_parameter
+    states = (model.parameters - whole_parameters) / model_parallel * per_parameter + whole
     # Activations (Korthikanti et al. 2022): per layer s*b*h*(34 + 5*a*s/h) bytes in half precision.
     s, b, h, a = sequence_length, micro_batch_size, model.hidden_size, model.attention_heads
     layers = model.layers / pipeline_parallel_degree
@@ -414,4 +450,6 @@ def training_fit(
         model_states_gib=states / GIB,
         activations_gib=activations / GIB,
         capacity_gib=instance.gpu.memory_gib * USABLE_FRACTION,
+        whole_gib=whole / GIB,
+        whole="embedding and LM head" if whole_parameters else "",
     )

@@ -66,11 +66,17 @@ def smp_parameters(training: TrainingConfig) -> dict[str, Any]:
 
 
 def hyperparameters(
-    training: TrainingConfig, *, max_steps: Any, learning_rate: Any, train_batch_size: Any, base_revision: Any = None
+    training: TrainingConfig,
+    *,
+    max_steps: Any,
+    learning_rate: Any,
+    train_batch_size: Any,
+    base_revision: Any = None,
+    with_memory: bool = True,
 ) -> dict:
     """train.py's flags (names from training/finetune/hyperparameters.py). The three run parameters, and the base
     model's commit an adapter records, may be pipeline variables; at synth they are checked with the config's
-    defaults."""
+    defaults. `with_memory` False leaves out the memory figures, which need a config whose layout checks passed."""
     flags = {
         "max_steps": max_steps,
         "lr": learning_rate,
@@ -87,6 +93,8 @@ def hyperparameters(
         "num_kept_checkpoints": training.num_kept_checkpoints,
         "seed": training.seed,
         "backend": backend_name(training),
+        # train.py checks the run's train_batch_size against these before it loads anything (finetune/memory.py).
+        **(memory_hyperparameters(training) if with_memory else {}),
     }
     if training.method != "full":
         lora = training.lora
@@ -103,6 +111,21 @@ def hyperparameters(
             }
         )
     return flags
+
+
+def memory_hyperparameters(training: TrainingConfig) -> dict[str, float]:
+    """The stage's memory estimate as train.py's rule takes it (training/finetune/memory.py): what does not grow with
+    the batch, what each sequence of it adds, and the usable memory per GPU. The estimate is linear in the batch
+    (activations and logits per sequence; SMP v1 splits a batch into equal microbatches), so two batches give both
+    figures exactly."""
+    step = training.smp.microbatches if training.method == "full" else 1
+    one, two = (training.model_copy(update={"train_batch_size": n * step}).fit() for n in (1, 2))
+    per_sequence = (two.total_gib - one.total_gib) / step
+    return {
+        "memory_fixed_gib": one.total_gib - per_sequence * step,
+        "memory_per_sequence_gib": per_sequence,
+        "memory_usable_gib": one.capacity_gib,
+    }
 
 
 def backend_name(training: TrainingConfig) -> str:

@@ -24,8 +24,9 @@ Memory per GPU, with D the GPUs the base is sharded over (DDP: 1; FSDP: hybrid_s
                     embedding and LM head, which FSDP keeps gathered from the forward pass through the backward
     adapters      = r x (inputs + outputs) of each adapted projection, in every layer, x 16 bytes (fp32 weights,
                     gradients and two Adam moments) / D
-    activations   = sizing's checkpointed per-layer estimate, plus the logits: sequence x batch x vocabulary x 10 bytes
-                    (half-precision logits, their fp32 copy for the loss, and its gradient), which dominates with
+    activations   = sizing's checkpointed per-layer estimate, plus the logits: sequence x batch x vocabulary x
+                    logits_bytes (14 for Llama, Mistral, Qwen2 and GPT-J on the SMP v2 image's transformers 4.46.3,
+                    whose loss upcasts the logits to fp32 and copies the shifted slice), which dominates with
                     128K-152K vocabularies
     runtime       = sizing.RUNTIME_OVERHEAD_GIB
 Host memory while loading: DDP: each process reads the weights straight into the training dtype (from_pretrained
@@ -50,7 +51,16 @@ from training.finetune.adapters import LORA_TARGETS, resolve_target_modules
 
 QLORA_BITS_PER_WEIGHT = 4.127  # NF4 plus double-quantized constants (Dettmers et al. 2023, section 3)
 ADAPTER_STATE_BYTES = 16  # fp32 weight + gradient + Adam's two moments
-LOGITS_BYTES = 10  # half-precision logits, the fp32 copy the loss takes, and its gradient
+# The causal-LM architectures whose loss, in each transformers release a training image runs (training/requirements.txt
+# pins it per image Python), upcasts the logits to fp32 before the cross-entropy. 4.46.3: Llama and Qwen2 through
+# ForCausalLMLoss (src/transformers/loss/loss_utils.py: logits.float(), then logits[..., :-1, :].contiguous()),
+# Mistral in its own forward (models/mistral/modeling_mistral.py, MistralForCausalLM: logits.float()), GPT-J in the
+# model (models/gptj/modeling_gptj.py: self.lm_head(hidden_states).to(torch.float32)); GPT-NeoX, OPT and BLOOM take
+# CrossEntropyLoss on the logits as computed. 4.21.0 (the SMP v1 image): GPT-J alone, the same line.
+LOSS_UPCASTS_TO_FP32 = {
+    "4.21.0": frozenset({"gptj"}),
+    "4.46.3": frozenset({"llama", "mistral", "qwen2", "gptj"}),
+}
 SHARD_GIB = 5e9 / 2**30  # transformers' save_pretrained max_shard_size default, "5GB"
 # The base sharded over one GPU is the base whole on every GPU (SMP v2 reads hybrid_shard_degree 1 as FSDP's NO_SHARD:
 # distributed-model-parallel-v2-reference): the DDP run's smp.hybrid_shard_degree.
@@ -146,6 +156,38 @@ def embedding_parameters(model: Any) -> int:
     return model.vocab_size * model.hidden_size * (1 if model.tied_embeddings else 2)
 
 
+def logits_bytes(transformers_version: str, model_type: str, head_dtype: str) -> int:
+    """Bytes per logit at the loss's peak: the logits as the LM head computes them (`head_dtype`), the fp32 copy
+    where the loss upcasts them, the shifted slice it copies (.contiguous()) and cross_entropy's log-softmax, both in
+    the loss's dtype. bf16 logits with an upcasting loss: 2 + 4 + 4 + 4 = 14; without: 2 + 2 + 2 = 6."""
+    if transformers_version not in LOSS_UPCASTS_TO_FP32:
+        raise ValueError(
+            f"transformers {transformers_version} (pinned in training/requirements.txt for the training image): its "
+            "causal-LM loss code has not been read for the memory estimate; read each architecture's loss in that "
+            "release and add the version to LOSS_UPCASTS_TO_FP32 in stacks/config/adapters.py, or pin one listed "
+            f"there ({', '.join(sorted(LOSS_UPCASTS_TO_FP32))})"
+        )
+    head = sizing.BYTES_PER_PARAMETER[head_dtype]
+    loss = 4 if model_type in LOSS_UPCASTS_TO_FP32[transformers_version] else head
+    upcast_copy = 4 if loss != head else 0
+    return head + upcast_copy + 2 * loss
+
+
+def _logits_head_dtype(training: Any) -> str:
+    """What the LM head computes the logits in: the training dtype, or fp32 under QLoRA, whose
+    prepare_model_for_kbit_training casts the unquantized LM head to fp32."""
+    return "fp32" if training.method == "qlora" else training.precision
+
+
+def jobs_transformers(training: Any) -> str:
+    """The transformers release the training job runs: the lock's pin for its image's Python."""
+    from stacks import training_job
+    from stacks.catalog.images import training_framework
+
+    python = training_job._python_version(training_framework(training.smp.version)[1])
+    return training_job.pinned_version(training_job.TRAINING_REQUIREMENTS, "transformers", python)
+
+
 def base_weights_gib(model: Any, method: str, precision: str) -> float:
     embeddings = embedding_parameters(model)
     if method == "qlora":
@@ -166,7 +208,8 @@ def training_fit(training: Any, hybrid_shard_degree: int | None = None) -> sizin
     s, b, h, a = training.sequence_length, training.train_batch_size, model.hidden_size, model.attention_heads
     per_layer = s * b * h * (34 + 5 * a * s / h)
     layers = model.layers * 2 * s * b * h + per_layer if training.activation_checkpointing else model.layers * per_layer
-    logits = s * b * model.vocab_size * LOGITS_BYTES
+    per_logit = logits_bytes(jobs_transformers(training), model.architecture, _logits_head_dtype(training))
+    logits = s * b * model.vocab_size * per_logit
     gathered = 0.0
     if shards > 1:
         # FSDP1 does not free the root unit's weights after the forward pass, which the backward pass needs again

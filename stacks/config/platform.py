@@ -182,7 +182,24 @@ class PlatformConfig(_Strict):
                     raise ValueError(
                         f"pipeline.{field}: no stage named {', '.join(unknown)}; stages: {', '.join(self.stages)}"
                     )
+            for name in self.pipeline.smoke_test_after:
+                self._check_smoke_testable(name)
         return self
+
+    def _check_smoke_testable(self, name: str) -> None:
+        """A component that may scale to zero copies cannot be smoke-tested: if it is at zero when the test runs (an
+        idle component the deploy did not change), its request fails with a no-capacity error until a scale-out that
+        the failure itself starts, after an alarm minute, a new instance and the weights' load (many minutes; the plan
+        prints the estimate). Refused here rather than waited for with a guessed bound."""
+        sleeping = [c for c in self.stages[name].serving.components if c.min_copies == 0]
+        if sleeping:
+            listed = ", ".join(f"{c.name} (min_copies 0)" for c in sleeping)
+            raise ValueError(
+                f"pipeline.smoke_test_after: stage {name} serves components that may scale to zero copies: {listed}; "
+                "a request to a component with no copy fails with a no-capacity error until it scales out again, "
+                f"minutes later, so the smoke test after deploying {name} would fail. Set their min_copies to 1 or "
+                f"more in stages.{name}.serving.components, or remove {name} from pipeline.smoke_test_after"
+            )
 
     def stage_account(self, stage: str) -> str | None:
         """The stage's account; a stage without one deploys into the pipeline's account when there is one."""

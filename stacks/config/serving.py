@@ -115,11 +115,17 @@ ComponentConfig.model_rebuild(_types_namespace={"WeightsConfig": WeightsConfig})
 
 
 class AlarmsConfig(_Strict):
-    """CloudWatch alarms on the endpoint; they also roll back a deployment that trips them."""
+    """CloudWatch alarms on the endpoint; errors, latency and disk also roll back a deployment that trips them."""
 
     latency_p90_seconds: float = Field(default=30.0, gt=0, description="model latency, 90th percentile")
     error_5xx_per_minute: int = Field(default=1, ge=1, description="invocation 5XX errors per minute")
-    gpu_memory_percent: float = Field(default=95.0, gt=0, le=100, description="GPU memory utilization, any instance")
+    gpu_memory_percent: float = Field(
+        default=95.0,
+        gt=0,
+        le=100,
+        description="GPU memory utilization, any instance; engine deepspeed only, and it notifies without rolling back "
+        "(vLLM holds about 90% of each GPU by design)",
+    )
     disk_percent: float = Field(default=90.0, gt=0, le=100, description="disk utilization, any instance")
     emails: tuple[Annotated[str, StringConstraints(pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")], ...] = Field(
         default=(), description="addresses subscribed to the alarm topic"

@@ -183,6 +183,10 @@ class TrainingConfig(_Strict):
             micro_batch_size=max(self.train_batch_size // smp.microbatches, 1),
             sequence_length=self.sequence_length,
             activation_checkpointing=self.activation_checkpointing,
+            # SMP v2 shards every parameter (FSDP); only SMP v1's tensor parallelism keeps some whole on every rank.
+            whole_parameters=sizing.smp_v1_whole_parameters(self.catalog_model, smp.tensor_parallel_degree)
+            if smp.version == 1
+            else 0,
         )
 
     def _check_tensor_parallel_split(self) -> None:

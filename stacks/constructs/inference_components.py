@@ -9,7 +9,8 @@ and the host memory sizing gives its ranks while loading (MinMemoryRequiredInMb)
 Updates: what replaces the classic endpoint's blue/green for a component is its rolling update
 (DeploymentConfig.RollingUpdatePolicy): a change to a component's Model or specification replaces its copies one at a
 time, bakes `deployment.wait_seconds` after each, and rolls back to the old copies, all at once, when one of the
-component's own alarms fires (AutoRollbackConfiguration).
+component's own 5XX-error or latency alarms fires (AutoRollbackConfiguration); its GPU-memory alarm (engine deepspeed
+only) notifies and rolls nothing back (alarms.gpu_memory_alarm).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from constructs import Construct
 
 from stacks.config import ServingConfig
 from stacks.config import components as component_config
-from stacks.constructs.alarms import alarms_above
+from stacks.constructs.alarms import alarms_above, gpu_memory_alarm
 from stacks.constructs.endpoint_scaling import ComponentScaling
 
 COMPONENT_METRICS = "/aws/sagemaker/InferenceComponents"
@@ -86,13 +87,16 @@ class InferenceComponents(Construct):
         self.names = {c.name: component_name(endpoint_name, c.name) for c in config.components}
         servings = config.component_servings()
         self.components: dict[str, sagemaker.CfnInferenceComponent] = {}
-        self.alarms: dict[str, list[cloudwatch.Alarm]] = {}
+        self.alarms: dict[str, list[cloudwatch.Alarm]] = {}  # each component's rollback triggers
+        self.notify_alarms: dict[str, list[cloudwatch.Alarm]] = {}
         self.scaling: dict[str, ComponentScaling] = {}
         for component in config.components:
             serving = servings[component.name]
             scope_ = Construct(self, construct_id(component.name))
             name = self.names[component.name]
             alarms = self._alarms(scope_, name, topic)
+            if gpu_memory_alarm(serving.engine):
+                self.notify_alarms[component.name] = self._gpu_memory_alarms(scope_, name, topic)
             copy = component_config.copy_of(component.name, serving)
             resource = sagemaker.CfnInferenceComponent(
                 scope_,
@@ -171,15 +175,18 @@ class InferenceComponents(Construct):
                 alarms_config.latency_p90_seconds * 1_000_000,
                 "model latency, 90th percentile, in microseconds",
             ),
-            (
-                "GpuMemory",
-                # Normalized: 0-100% of the GPUs the copy reserved, whatever their number.
-                self.metric(name, "GPUMemoryUtilizationNormalized", namespace=COMPONENT_METRICS, statistic="Maximum"),
-                alarms_config.gpu_memory_percent,
-                "GPU memory utilization of a copy's GPUs, percent",
-            ),
         ]
         return alarms_above(scope, name, specs, topic)
+
+    def _gpu_memory_alarms(self, scope: Construct, name: str, topic: sns.ITopic) -> list[cloudwatch.Alarm]:
+        spec = (
+            "GpuMemory",
+            # Normalized: 0-100% of the GPUs the copy reserved, whatever their number.
+            self.metric(name, "GPUMemoryUtilizationNormalized", namespace=COMPONENT_METRICS, statistic="Maximum"),
+            self.config.alarms.gpu_memory_percent,
+            "GPU memory utilization of a copy's GPUs, percent",
+        )
+        return alarms_above(scope, name, [spec], topic)
 
     def widgets(self) -> list[cloudwatch.IWidget]:
         """One dashboard row per component: latency, requests and copies' load, errors and requests that found no

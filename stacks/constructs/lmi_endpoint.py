@@ -29,7 +29,7 @@ from stacks import layout, serving_properties
 from stacks.config import ServingConfig
 from stacks.config import components as component_config
 from stacks.constructs import endpoint_scaling, inference_components, key_policy
-from stacks.constructs.alarms import alarms_above
+from stacks.constructs.alarms import alarms_above, gpu_memory_alarm
 
 VARIANT = "AllTraffic"
 # Where SageMaker puts the files of the Model's ModelDataSource before the container starts (S3ModelDataSource: each
@@ -230,9 +230,13 @@ class LmiEndpoint(Construct):
         )
         for email in config.alarms.emails:
             self.topic.add_subscription(subscriptions.EmailSubscription(email))
-        # With components, errors, latency and GPU memory are per component (InferenceComponents); the instances'
-        # disk stays the endpoint's.
-        self.alarms = self._alarms(only=("Disk",) if hosts_components else None)
+        # Rollback triggers: what means failure whatever the engine. With components, errors and latency are per
+        # component (InferenceComponents); the instances' disk stays the endpoint's.
+        self.alarms = self._alarms(("Disk",) if hosts_components else ("Errors5xx", "LatencyP90", "Disk"))
+        # Notify only, and only where the engine's GPU memory follows its load (alarms.gpu_memory_alarm).
+        self.notify_alarms = (
+            self._alarms(("GpuMemory",)) if not hosts_components and gpu_memory_alarm(config.engine) else []
+        )
 
         self.endpoint = sagemaker.CfnEndpoint(
             self,
@@ -329,7 +333,8 @@ class LmiEndpoint(Construct):
             period=_one_minute(),
         )
 
-    def _alarms(self, only: tuple[str, ...] | None = None) -> list[cloudwatch.Alarm]:
+    def _alarms(self, only: tuple[str, ...]) -> list[cloudwatch.Alarm]:
+        """The alarms of `only` (construct ids), in that order."""
         alarms_config = self.config.alarms
         instance = self.config.catalog_instance
         instance_metrics = "/aws/sagemaker/Endpoints"
@@ -361,7 +366,7 @@ class LmiEndpoint(Construct):
                 "disk utilization of an instance, percent",
             ),
         ]
-        chosen = [spec for spec in specs if only is None or spec[0] in only]
+        chosen = [spec for alarm_id in only for spec in specs if spec[0] == alarm_id]
         return alarms_above(self, self.endpoint_name, chosen, self.topic)
 
     def _dashboard(self) -> cloudwatch.Dashboard:

@@ -17,6 +17,7 @@ SELECTIONS = {
     "lmi-0.27": [
         "tests/model_artifacts/test_deepspeed_batching.py",
         "tests/model_artifacts/test_deepspeed_handler.py",
+        "tests/model_artifacts/test_deepspeed_standin.py",
         "tests/model_artifacts/test_handler_serving_properties.py",
         "tests/model_artifacts/test_kernel_workspace_warm_up.py",
         "tests/model_artifacts/test_lmi_config.py",

@@ -234,3 +234,33 @@ def test_stream_is_a_top_level_flag_for_one_prompt():
     assert not parse_request(b'{"inputs": "x", "stream": false}', LIMITS).stream
     assert not parse_request(b'{"inputs": ["x"], "stream": null}', LIMITS).stream
     assert not parse_request(b'{"inputs": "x"}', LIMITS).stream
+
+
+# --- at each limit: accepted. The 413 cases above are one past it; these catch a `>` turned `>=`. ------------------
+
+
+def test_exactly_max_batch_size_prompts_are_accepted():
+    request = parse_request(_body({"inputs": ["one", "two", "three"]}), LIMITS)
+    assert request.prompts == ("one", "two", "three")
+
+
+def test_max_new_tokens_equal_to_the_cap_is_accepted():
+    request = parse_request(_body({"inputs": "hi", "parameters": {"max_new_tokens": 64}}), LIMITS)
+    assert request.parameters.max_new_tokens == 64
+
+
+SIXTEEN_STOPS = [f"stop {n}" for n in range(16)]
+
+
+@pytest.mark.parametrize(
+    "parameters",
+    [
+        {"stop": SIXTEEN_STOPS},
+        {"stop_sequences": SIXTEEN_STOPS},
+        # The limit counts both fields together.
+        {"stop": SIXTEEN_STOPS[:9], "stop_sequences": SIXTEEN_STOPS[9:]},
+    ],
+)
+def test_exactly_16_stop_strings_are_accepted(parameters):
+    request = parse_request(_body({"inputs": "hi", "parameters": parameters}), LIMITS)
+    assert request.parameters.stop == tuple(SIXTEEN_STOPS)

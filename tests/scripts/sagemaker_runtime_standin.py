@@ -7,6 +7,10 @@ parses them with its own code, event-stream framing and CRCs included.
 
 - InvokeEndpoint: the container's body; a container's non-2xx answer is a 424 ModelError whose OriginalStatusCode
   and OriginalMessage carry the container's (API_runtime_InvokeEndpoint, Errors).
+- An endpoint that hosts inference components answers only requests that name one (InvokeEndpoint's
+  InferenceComponentName, sent as the X-Amzn-SageMaker-Inference-Component header): any other is a 400
+  ValidationError from SageMaker itself, before any container sees it
+  (https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_runtime_InvokeEndpoint.html, InferenceComponentName).
 - InvokeEndpointWithResponseStream: an application/vnd.amazon.eventstream body of PayloadPart events whose Bytes
   are the container's body cut at arbitrary byte boundaries (a part can end inside a JSON line or a UTF-8
   character; https://aws.amazon.com/blogs/machine-learning/elevating-the-generative-ai-experience-introducing-
@@ -71,21 +75,51 @@ def cut(data: bytes, size: int) -> list[bytes]:
     return [data[start : start + size] for start in range(0, len(data), size)] or [b""]
 
 
-class SageMakerRuntime:
-    """Queued answers for one sagemaker-runtime client, in call order per operation."""
+COMPONENT_HEADER = "X-Amzn-SageMaker-Inference-Component"
 
-    def __init__(self, client) -> None:
+
+def validation_error(message: str) -> AWSResponse:
+    body = json.dumps({"__type": "ValidationError", "message": message}).encode()
+    return AWSResponse(
+        "https://x", 400, {"x-amzn-ErrorType": "ValidationError:http://internal.amazon.com/"}, _Raw(body)
+    )
+
+
+class SageMakerRuntime:
+    """Queued answers for one sagemaker-runtime client, in call order per operation.
+
+    components: the inference components the endpoint hosts (None: a classic endpoint). Each request must then name
+    one of them, as SageMaker requires; `targets` records the component each request named ('' for none)."""
+
+    def __init__(self, client, components: tuple[str, ...] | None = None) -> None:
         self.answers: dict[str, list[AWSResponse]] = {"InvokeEndpoint": [], "InvokeEndpointWithResponseStream": []}
         self.requests: list[tuple[str, dict]] = []
+        self.targets: list[str] = []
+        self.components = components
         for operation in self.answers:
             client.meta.events.register(f"before-send.sagemaker-runtime.{operation}", self._answer(operation))
 
     def _answer(self, operation: str):
         def answer(request, **_: object) -> AWSResponse:
+            target = request.headers.get(COMPONENT_HEADER, b"")
+            target = target.decode() if isinstance(target, bytes) else target
+            refusal = self._refusal(target)
+            if refusal is not None:
+                return refusal
             self.requests.append((operation, json.loads(request.body)))
+            self.targets.append(target)
             return self.answers[operation].pop(0)
 
         return answer
+
+    def _refusal(self, target: str) -> AWSResponse | None:
+        if self.components is None:
+            return validation_error(f"endpoint hosts no inference component {target}") if target else None
+        if not target:
+            return validation_error("Inference Component Name header is required for endpoints that host components")
+        if target not in self.components:
+            return validation_error(f"Inference Component {target} not found")
+        return None
 
     def invoke(self, body: bytes, content_type: str = "application/json") -> None:
         self.answers["InvokeEndpoint"].append(AWSResponse("https://x", 200, {"Content-Type": content_type}, _Raw(body)))

@@ -117,17 +117,59 @@ CHAT_STREAM = (
 )
 
 
-def sagemaker_endpoint():
+def sagemaker_endpoint(components: tuple[str, ...] | None = None):
     session = boto3.Session(region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
     endpoint = smoke_test.SageMakerEndpoint("llm-platform-staging", session)
-    return endpoint, SageMakerRuntime(endpoint.runtime)
+    return endpoint, SageMakerRuntime(endpoint.runtime, components)
 
 
-def run_against_sagemaker(endpoint, engine: str = "deepspeed", chat: bool = False) -> list[str]:
+def run_against_sagemaker(
+    endpoint, engine: str = "deepspeed", chat: bool = False, components: tuple[str, ...] = ()
+) -> list[str]:
     with Stubber(endpoint.sagemaker) as sagemaker:
         sagemaker.add_response("describe_endpoint", DESCRIBED, {"EndpointName": "llm-platform-staging"})
         sagemaker.add_response("describe_pipeline", {"PipelineName": PIPELINE}, {"PipelineName": PIPELINE})
-        return smoke_test.run_checks(endpoint, (endpoint.sagemaker, PIPELINE), engine=engine, chat=chat)
+        return smoke_test.run_checks(
+            endpoint, (endpoint.sagemaker, PIPELINE), engine=engine, chat=chat, components=components
+        )
+
+
+# An endpoint of inference components: a base model's component and a LoRA adapter component over it.
+COMPONENTS = ("llm-platform-staging-base", "llm-platform-staging-sql")
+
+
+def test_checks_every_component_and_adapter_of_an_endpoint_by_name(capsys):
+    endpoint, runtime = sagemaker_endpoint(COMPONENTS)
+    for _ in COMPONENTS:
+        runtime.invoke(json.dumps(VLLM_ANSWER).encode())
+        runtime.stream(cut(VLLM_STREAM, 7))
+        runtime.model_error(400, b'{"code": 400, "error": "Input parsing failed"}')
+    assert run_against_sagemaker(endpoint, engine="vllm", components=COMPONENTS) == []
+    # SageMaker answers only requests that name a component: each check ran once per component, naming it.
+    assert runtime.targets == [name for name in COMPONENTS for _ in range(3)]
+    out = capsys.readouterr().out
+    for name in COMPONENTS:
+        assert f"ok   {name}: a prompt gets generated text with token counts" in out
+
+
+def test_a_component_that_fails_is_named_in_the_failure():
+    endpoint, runtime = sagemaker_endpoint(COMPONENTS)
+    runtime.invoke(json.dumps(VLLM_ANSWER).encode())
+    runtime.stream([VLLM_STREAM])
+    runtime.model_error(400, b"{}")
+    runtime.model_error(500, b'{"error": "adapter failed to load"}')
+    runtime.model_error(400, b"{}")
+    failures = run_against_sagemaker(endpoint, engine="vllm", components=COMPONENTS)
+    assert failures[0].startswith(
+        "llm-platform-staging-sql: a prompt gets generated text with token counts: answered 500"
+    )
+    assert all(f.startswith("llm-platform-staging-sql: ") for f in failures)
+
+
+def test_components_are_refused_for_a_local_endpoint(capsys):
+    with pytest.raises(SystemExit):
+        smoke_test.main(["--url", "http://127.0.0.1:1", "--component", "llm-platform-dev-base"])
+    assert "--component llm-platform-dev-base: a local endpoint serves one model" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("part_size", [1, 2, 5, 64, 100_000])

@@ -177,11 +177,8 @@ def test_components_roll_their_copies_one_at_a_time_and_roll_back_on_their_own_a
             "WaitIntervalInSeconds": 600,
         }
         watched = [alarms[a["AlarmName"]["Ref"]] for a in deployment["AutoRollbackConfiguration"]["Alarms"]]
-        assert sorted(a["MetricName"] for a in watched) == [
-            "GPUMemoryUtilizationNormalized",
-            "Invocation5XXErrors",
-            "ModelLatency",
-        ]
+        # vLLM reserves 90% of each GPU at start: GPU memory is no failure signal, and no alarm (alarms.py).
+        assert sorted(a["MetricName"] for a in watched) == ["Invocation5XXErrors", "ModelLatency"]
         assert all(
             a["Dimensions"] == [{"Name": "InferenceComponentName", "Value": props["InferenceComponentName"]}]
             for a in watched

@@ -69,9 +69,11 @@ def test_model_has_no_physical_name_so_changes_replace_it_cleanly(assembly):
 
 def test_endpoint_config_on_g5_has_timeouts_routing_and_no_volume_or_kms(assembly):
     props = one(assembly, "dev", "AWS::SageMaker::EndpointConfig")
+    # The variant serves the stage's one Model, by the name CloudFormation gives it.
+    (model_id,) = one_id(assembly, "dev", "AWS::SageMaker::Model")
     assert variant(props) == {
         "VariantName": "AllTraffic",
-        "ModelName": variant(props)["ModelName"],
+        "ModelName": {"Fn::GetAtt": [model_id, "ModelName"]},
         "InstanceType": "ml.g5.2xlarge",
         "InitialInstanceCount": 1,
         "InitialVariantWeight": 1,
@@ -298,7 +300,7 @@ def test_data_capture_goes_to_the_data_bucket_encrypted(assembly):
     )
 
 
-def test_endpoint_keeps_its_name_and_rolls_back_on_any_alarm(assembly):
+def test_endpoint_keeps_its_name_and_rolls_back_on_errors_latency_and_disk(assembly):
     props = one(assembly, "prod", "AWS::SageMaker::Endpoint")
     assert props["EndpointName"] == "llm-platform-prod"
     deployment = props["DeploymentConfig"]
@@ -311,7 +313,13 @@ def test_endpoint_keeps_its_name_and_rolls_back_on_any_alarm(assembly):
         "TerminationWaitInSeconds": 600,
     }
     alarms = assembly.resources("prod", "Serving", "AWS::CloudWatch::Alarm")
-    assert sorted(a["AlarmName"]["Ref"] for a in deployment["AutoRollbackConfiguration"]["Alarms"]) == sorted(alarms)
+    rollback = [alarms[a["AlarmName"]["Ref"]]["Properties"] for a in deployment["AutoRollbackConfiguration"]["Alarms"]]
+    assert sorted(a["MetricName"] for a in rollback) == ["DiskUtilization", "Invocation5XXErrors", "ModelLatency"]
+    # DeepSpeed's GPU memory notifies only: memory in use is no failure (alarms.gpu_memory_alarm).
+    (gpu_memory,) = [
+        a["Properties"] for a in alarms.values() if a["Properties"]["MetricName"] == "GPUMemoryUtilization"
+    ]
+    assert gpu_memory["AlarmActions"] and gpu_memory not in rollback
 
 
 def test_autoscaling_tracks_concurrent_requests_per_instance_between_min_and_max(assembly):

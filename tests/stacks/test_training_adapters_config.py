@@ -10,7 +10,7 @@ from stacks import training_job
 from stacks.config import TrainingConfig
 from stacks.config.adapters import adapter_parameters, base_weights_gib
 
-G5 = {"instance_type": "ml.g5.2xlarge", "precision": "bf16", "train_batch_size": 2, "val_batch_size": 2}
+G5 = {"instance_type": "ml.g5.2xlarge", "precision": "bf16", "train_batch_size": 1, "val_batch_size": 2}
 P4D = {**G5, "instance_type": "ml.p4d.24xlarge"}
 SHARDED = {"version": 2, "hybrid_shard_degree": 8}  # the base sharded over the 8 GPUs of a p4d
 
@@ -180,10 +180,10 @@ def test_the_adapter_examples_load_with_the_figures_their_comments_give() -> Non
 
     llama = load_config(REPO / "config/examples/llama-lora.yaml").stages["dev"].training
     assert (llama.model, llama.method, llama.instance_type) == ("llama-3.1-8b", "lora", "ml.g5.2xlarge")
-    assert round(llama.fit().total_gib, 1) == 21.1 and round(llama.fit().capacity_gib, 1) == 21.6
+    assert round(llama.fit().total_gib, 1) == 19.8 and round(llama.fit().capacity_gib, 1) == 21.6
     qwen = load_config(REPO / "config/examples/qwen-lora.yaml").stages["dev"].training
     assert (qwen.model, qwen.method, qwen.instance_type) == ("qwen2.5-7b", "qlora", "ml.g5.2xlarge")
-    assert round(qwen.fit().total_gib, 1) == 17.4
+    assert round(qwen.fit().total_gib, 1) == 18.5
 
 
 def sharded_70b(**fields) -> TrainingConfig:
@@ -216,12 +216,13 @@ def test_llama_70b_lora_over_a_base_sharded_8_ways_fits_a_p4d_by_hand() -> None:
     assert adapters == 207_093_760
     states = base + gathered + adapters * 16 / 8 + 2 * 2**30
     # Activations of 1 sequence of 1,024 tokens with checkpointing: 80 layers x 2 x s x h, one layer's working set
-    # s x h x (34 + 5 x 64 x 1024 / 8192), and the logits, 1024 x 128256 x 10 bytes.
-    activations = 80 * 2 * 1024 * 8192 + 1024 * 8192 * (34 + 40) + 1024 * 128256 * 10
+    # s x h x (34 + 5 x 64 x 1024 / 8192), and the logits, 1024 x 128256 x 14 bytes (transformers 4.46.3: bf16 logits,
+    # their fp32 upcast, the shifted copy and the log-softmax).
+    activations = 80 * 2 * 1024 * 8192 + 1024 * 8192 * (34 + 40) + 1024 * 128256 * 14
     fit = training_fit(config)
     assert fit.model_states_gib == pytest.approx(states / 2**30)
     assert fit.activations_gib == pytest.approx(activations / 2**30)
-    assert round(fit.total_gib, 1) == 29.0 and fit.capacity_gib == pytest.approx(40 * 0.9) and fit.fits
+    assert round(fit.total_gib, 1) == 29.5 and fit.capacity_gib == pytest.approx(40 * 0.9) and fit.fits
     # The same job under DDP holds the whole 131.4 GiB base on every 40 GB GPU.
     assert not training_fit(config, hybrid_shard_degree=1).fits
     # Host memory: rank 0 alone holds the bf16 base; the other 7 processes only their own overhead. Every process

@@ -71,7 +71,7 @@ ACCEPTED = [
     ("Qwen2.5 72B over 4 L40S", dict(model="qwen2.5-72b", method="lora", smp=SHARDED, evaluate_instance_type="ml.g6e.12xlarge", **P4D)),
     ("Qwen2.5 72B over 8 A10Gs", dict(model="qwen2.5-72b", method="lora", smp=SHARDED, evaluate_instance_type="ml.g5.48xlarge", **P4D)),
     ("OPT-30B over 4 A10Gs", dict(model="opt-30b", method="lora", evaluate_instance_type="ml.g5.12xlarge", **{**P4D, "instance_type": "ml.p4de.24xlarge", "train_batch_size": 2})),
-    ("Llama 3.1 8B whole on one of 4 A10Gs", dict(model="llama-3.1-8b", method="lora", instance_type="ml.g5.2xlarge", precision="bf16", train_batch_size=2, evaluate_instance_type="ml.g5.12xlarge")),
+    ("Llama 3.1 8B whole on one of 4 A10Gs", dict(model="llama-3.1-8b", method="lora", instance_type="ml.g5.2xlarge", precision="bf16", train_batch_size=1, evaluate_instance_type="ml.g5.12xlarge")),
 ]  # fmt: skip
 
 
@@ -101,7 +101,7 @@ REJECTED = [
     ("GPT-J-6B on a T4, which holds it but runs bf16 only emulated", dict(model="gpt-j-6b", method="lora", instance_type="ml.g5.2xlarge", precision="bf16", train_batch_size=2, evaluate_instance_type="ml.g4dn.xlarge"),
      r"evaluate_instance_type: ml\.g4dn\.xlarge has T4 GPUs, without bf16 arithmetic, .*only emulated, at about a "
      r"tenth of their fp16 speed; use Ampere or newer GPUs \(g5, g6, g6e\), e\.g\. ml\.g6\.xlarge \(whole on one GPU\)"),
-    ("Llama 3.1 8B spread over 4 T4s", dict(model="llama-3.1-8b", method="lora", instance_type="ml.g5.2xlarge", precision="bf16", train_batch_size=2, evaluate_instance_type="ml.g4dn.12xlarge"),
+    ("Llama 3.1 8B spread over 4 T4s", dict(model="llama-3.1-8b", method="lora", instance_type="ml.g5.2xlarge", precision="bf16", train_batch_size=1, evaluate_instance_type="ml.g4dn.12xlarge"),
      r"evaluate_instance_type: ml\.g4dn\.12xlarge has T4 GPUs, without bf16 arithmetic"),
     ("a 4-bit Qwen2.5 72B base is not spread, and fits no processing GPU", dict(model="qwen2.5-72b", method="qlora", instance_type="ml.p4de.24xlarge", precision="bf16", train_batch_size=1),
      r"holds qwen2\.5-72b's base weights with the adapter on one GPU \(a 4-bit base is not spread over GPUs\): about "
@@ -166,7 +166,7 @@ def test_the_70b_example_loads_with_the_figures_its_comments_give() -> None:
 
     config = load_config(REPO / "config/examples/llama-70b-lora.yaml").stages["dev"].training
     assert (config.model, config.method, config.shards_base) == ("llama-3.1-70b", "lora", True)
-    assert round(config.fit().total_gib, 1) == 32.0 and round(config.fit().capacity_gib, 1) == 36.0
+    assert round(config.fit().total_gib, 1) == 33.0 and round(config.fit().capacity_gib, 1) == 36.0
     assert round(config.host_fit().total_gib, 1) == 155.4
     fit = evaluate_fit(config)
     assert fit.instance.name == "ml.g6e.12xlarge" and fit.spread

@@ -72,14 +72,18 @@ def test_data_parallel_degree_follows_the_world_size():
 @pytest.mark.bad_input("config")
 def test_every_training_process_loading_the_whole_model_must_fit_host_memory(monkeypatch):
     # A 13B GPT-J shape (gptj: SMP v1 tensor parallelism) on g5.24xlarge hosts: the GPUs hold TP 4 with the optimizer
-    # state sharded over 8 hosts, but 4 processes x 2 fp32 copies of the model (96.9 GiB) do not fit 384 GiB of host
-    # memory.
+    # state sharded over 8 hosts and 4 sequences per step (20.5 of 21.6 GiB, the embedding and LM head whole on each),
+    # but 4 processes x 2 fp32 copies of the model (96.9 GiB) do not fit 384 GiB of host memory.
     from stacks.catalog import models
 
     big = models.Model("gpt-j-13b", "-", "gptj", 13_000_000_000, 40, 5120, 40, 2048, 50400, True)
     monkeypatch.setitem(models.MODELS, "gpt-j-13b", big)
     fields = dict(
-        model="gpt-j-13b", instance_type="ml.g5.24xlarge", instance_count=8, smp={"tensor_parallel_degree": 4}
+        model="gpt-j-13b",
+        instance_type="ml.g5.24xlarge",
+        instance_count=8,
+        train_batch_size=4,
+        smp={"tensor_parallel_degree": 4},
     )
     with pytest.raises(
         ValidationError,

@@ -23,7 +23,7 @@ def llama_lora(**fields) -> TrainingConfig:
             "method": "lora",
             "instance_type": "ml.g5.2xlarge",
             "precision": "bf16",
-            "train_batch_size": 2,
+            "train_batch_size": 1,
             "val_batch_size": 2,
             **fields,
         }
@@ -37,7 +37,8 @@ def parsed_flags(hyperparameters: dict) -> object:
     argv = []
     for name in sorted(ours):
         value = hyperparameters[name]
-        value = "100" if isinstance(value, dict) else str(json.loads(value))  # pipeline variables: a stand-in value
+        # Pipeline variables: a stand-in value, 1, within every limit (a batch of 1 fits wherever the stage does).
+        value = "1" if isinstance(value, dict) else str(json.loads(value))
         argv += [f"--{name}", value]
     parsed, _ = parse_hyperparameters([*argv, "--pretrained_dir", "/opt/ml/input/data/model"], environ={})
     return parsed

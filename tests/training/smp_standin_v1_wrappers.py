@@ -117,26 +117,32 @@ class DistributedModel(nn.Module):
 
 
 class DistributedOptimizer:
-    """With mp_parameters fp16, like SMP's FP16 optimizer: fp32 master weights, master-gradient clipping, and a
-    skipped step (overflow=True) when a gradient is not finite."""
+    """With mp_parameters fp16 or bf16, like SMP's Bit16_Optimizer (SMP 1.12.1 torch/fp16/fp16.py): fp32 master
+    weights whose gradients are copied from the model's at the end of every @smp.step (update_master_grads, called
+    from the model's step), so the optimizer steps from those copies and never reads the model's .grad. With fp16
+    only, as in SMP: clip_master_grads, and a skipped step (overflow=True) when a gradient is not finite."""
 
     def __init__(self, smp: SmpV1, optimizer: torch.optim.Optimizer) -> None:
         self._smp = smp
         self.overflow = False
-        self.fp16 = bool((smp.config or {}).get("fp16"))
+        config = smp.config or {}
+        self.fp16 = bool(config.get("fp16"))
+        self.bit16 = self.fp16 or bool(config.get("bf16"))
         self._pairs: list[tuple[nn.Parameter, nn.Parameter]] = []
-        if self.fp16:
+        # Bit16_Optimizer's map from each master to whether its model parameter is a tensor-parallel slice.
+        self.master_is_distributed: dict[nn.Parameter, bool] = {}
+        if self.bit16:
             groups = []
             for group in optimizer.param_groups:
                 masters = []
                 for parameter in group["params"]:
                     master = nn.Parameter(parameter.detach().float().clone())
                     self._pairs.append((parameter, master))
+                    self.master_is_distributed[master] = smp.model.is_distributed_parameter(parameter)
                     masters.append(master)
                 groups.append({**{key: value for key, value in group.items() if key != "params"}, "params": masters})
             optimizer = type(optimizer)(groups)  # each group carries its own hyperparameters
         self.optimizer = optimizer
-        self._master_grads_ready = False
 
     @property
     def param_groups(self) -> list[dict[str, Any]]:
@@ -147,33 +153,35 @@ class DistributedOptimizer:
             for parameter, master in self._pairs:
                 master.copy_(parameter.float())
 
-    def _copy_grads_to_masters(self) -> None:
-        if self.fp16 and not self._master_grads_ready:
-            for parameter, master in self._pairs:
-                master.grad = None if parameter.grad is None else parameter.grad.detach().float()
-            self._master_grads_ready = True
+    def update_master_grads(self) -> None:
+        """Called by the stand-in at the end of each @smp.step, as SMP's model step calls it."""
+        for parameter, master in self._pairs:
+            master.grad = None if parameter.grad is None else parameter.grad.detach().float()
+
+    def _stepped_grad_norm(self) -> float:
+        grads = [p.grad.detach().float() for group in self.param_groups for p in group["params"] if p.grad is not None]
+        return float(torch.linalg.vector_norm(torch.stack([grad.norm() for grad in grads]))) if grads else 0.0
 
     def clip_master_grads(self, max_norm: float) -> torch.Tensor:
         if not self.fp16:
-            raise ApiMisuse("clip_master_grads exists only on the fp16 optimizer (mp_parameters fp16=true)")
+            # SMP 1.12.1's DistributedOptimizer.clip_master_grads returns without clipping unless fp16.
+            raise ApiMisuse("clip_master_grads clips only with the fp16 optimizer (mp_parameters fp16=true)")
         self._smp.record("clip_master_grads", max_norm=max_norm)
-        self._copy_grads_to_masters()
         return torch.nn.utils.clip_grad_norm_([master for _, master in self._pairs], max_norm)
 
     def step(self) -> None:
-        self._smp.record("optimizer.step")
-        if not self.fp16:
+        # The norm of the gradients this step actually applies: what clipping must have bounded.
+        self._smp.record("optimizer.step", master_grad_norm=self._stepped_grad_norm())
+        if not self.bit16:
             self.optimizer.step()
             return
-        self._copy_grads_to_masters()
         grads = [master.grad for _, master in self._pairs if master.grad is not None]
-        self.overflow = not all(bool(torch.isfinite(grad).all()) for grad in grads)
+        self.overflow = self.fp16 and not all(bool(torch.isfinite(grad).all()) for grad in grads)
         if not self.overflow:
             self.optimizer.step()
             with torch.no_grad():
                 for parameter, master in self._pairs:
                     parameter.copy_(master.to(parameter.dtype))
-        self._master_grads_ready = False
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.optimizer.zero_grad(set_to_none=set_to_none)

@@ -298,6 +298,8 @@ class SmpV1:
                     outputs.append(function(*sliced))
             finally:
                 self.in_step = False
+            if self.optimizer is not None and self.optimizer.bit16:
+                self.optimizer.update_master_grads()  # SMP's model step ends with it (torch/model.py)
             self.steps += 1
             self.record("step", function=function.__name__, microbatches=microbatches)
             return StepOutput(outputs)

@@ -16,12 +16,14 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from finetune.adapters import BASE_RECORD_FILE, LORA_TARGETS
+from finetune.adapters import BASE_RECORD_FILE
 from safetensors.torch import load_file
 from training_helpers import (
     ADAPTER_FOLDER_FILES,
+    LLAMA_LIKE_TARGETS,
     TRAINING_DIR,
     adapter_folder_files,
+    assert_adapter_config,
     assert_training_loss_falls,
     load_module,
     run_train_py_until_killed,
@@ -111,10 +113,18 @@ def test_lora_loss_falls_with_only_the_adapters_trained(lora_runs, arch) -> None
 def test_the_output_is_an_adapter_folder_with_its_base_record(lora_runs, arch) -> None:
     model_dir = lora_runs[arch]["dir"] / "model"
     assert adapter_folder_files(model_dir) == ADAPTER_FOLDER_FILES
-    config = json.loads((model_dir / "adapter_config.json").read_text())
-    assert config["peft_type"] == "LORA" and config["r"] == 8 and config["lora_alpha"] == 16
-    assert sorted(config["target_modules"]) == sorted(LORA_TARGETS[arch])
-    assert config["base_model_name_or_path"] == "example/tiny-base" and config["revision"] == BASE_COMMIT
+    assert_adapter_config(
+        model_dir,
+        peft_type="LORA",
+        task_type="CAUSAL_LM",
+        r=8,
+        lora_alpha=16,
+        lora_dropout=0.1,
+        bias="none",
+        target_modules=LLAMA_LIKE_TARGETS,
+        base_model_name_or_path="example/tiny-base",
+        revision=BASE_COMMIT,
+    )
     weights = load_file(model_dir / "adapter_model.safetensors")
     assert weights and all(re.search(r"\.lora_[AB]\.weight$", name) for name in weights)
     assert all(tensor.dtype == torch.float32 for tensor in weights.values())
@@ -197,17 +207,38 @@ def test_a_killed_lora_run_resumes_to_identical_adapter_weights(
     lora_runs, train_script, tiny_assets, prepared_data, tmp_path, clean_environment, capsys
 ) -> None:
     run = lora_runs["llama"]
-    arguments = lora_arguments(tiny_assets, prepared_data, run["base"], tmp_path)
+    killed = tmp_path / "killed"
+    arguments = lora_arguments(tiny_assets, prepared_data, run["base"], killed)
     run_train_py_until_killed(arguments, when="step=13 ")
-    assert not (tmp_path / "model").exists()
+    assert not (killed / "model").exists()
+    # The same checkpoint with another torch RNG state: a control that the dropout draws from the RNG the resume
+    # restores, so that bit-identical weights below mean the RNG was restored, not that nothing was random.
+    reseeded = tmp_path / "reseeded"
+    shutil.copytree(killed / "checkpoints", reseeded / "checkpoints")
+    _reseed_torch_rng(reseeded / "checkpoints" / "step_00000010")
 
     capsys.readouterr()
     train_script.run(arguments, {})
     assert re.search(r"resumed from checkpoint \S+step_00000010 at step 10\n", capsys.readouterr().out)
     expected = load_file(run["dir"] / "model" / "adapter_model.safetensors")
-    actual = load_file(tmp_path / "model" / "adapter_model.safetensors")
+    actual = load_file(killed / "model" / "adapter_model.safetensors")
     assert expected.keys() == actual.keys()
     assert all(torch.equal(expected[name], actual[name]) for name in expected)
+
+    train_script.run(lora_arguments(tiny_assets, prepared_data, run["base"], reseeded), {})
+    assert re.search(r"resumed from checkpoint \S+step_00000010 at step 10\n", capsys.readouterr().out)
+    other = load_file(reseeded / "model" / "adapter_model.safetensors")
+    assert not all(torch.equal(expected[name], other[name]) for name in expected), "the dropout drew nothing"
+
+
+def _reseed_torch_rng(checkpoint: Path) -> None:
+    """Replace the torch RNG state every rank saved in `checkpoint` with another seed's (finetune/checkpoints.py)."""
+    files = sorted((checkpoint / "rng").glob("rank_*.pt"))
+    assert files, f"no RNG state in {checkpoint}"
+    for path in files:
+        state = torch.load(path, weights_only=False)
+        state["torch"] = torch.Generator().manual_seed(12345).get_state()
+        torch.save(state, path)
 
 
 @pytest.mark.bad_input("config")

@@ -22,9 +22,16 @@ import lora_fsdp_rank
 import pytest
 import torch
 import transformers
-from finetune.adapters import BASE_RECORD_FILE, LORA_TARGETS
+from finetune.adapters import BASE_RECORD_FILE
 from safetensors.torch import load_file
-from training_helpers import ADAPTER_FOLDER_FILES, adapter_folder_files, assert_training_loss_falls, train_arguments
+from training_helpers import (
+    ADAPTER_FOLDER_FILES,
+    LLAMA_LIKE_TARGETS,
+    adapter_folder_files,
+    assert_adapter_config,
+    assert_training_loss_falls,
+    train_arguments,
+)
 
 WORLD_SIZE = 2
 MP_PARAMETERS = {"hybrid_shard_degree": WORLD_SIZE, "tensor_parallel_degree": 1}
@@ -169,13 +176,18 @@ def test_the_loss_falls_and_the_output_is_the_lora_adapter_folder(straight_runs,
 
     model_dir = straight_run["dir"] / "model"
     assert adapter_folder_files(model_dir) == ADAPTER_FOLDER_FILES
-    config = json.loads((model_dir / "adapter_config.json").read_text())
-    assert (
-        config["peft_type"] == "LORA"
-        and config["r"] == 8
-        and sorted(config["target_modules"]) == sorted(LORA_TARGETS["llama"])
+    assert_adapter_config(
+        model_dir,
+        peft_type="LORA",
+        task_type="CAUSAL_LM",
+        r=8,
+        lora_alpha=16,
+        lora_dropout=0.1,
+        bias="none",
+        target_modules=LLAMA_LIKE_TARGETS,
+        base_model_name_or_path="example/tiny-base",
+        revision=BASE_COMMIT,
     )
-    assert config["base_model_name_or_path"] == "example/tiny-base" and config["revision"] == BASE_COMMIT
     weights = load_file(model_dir / "adapter_model.safetensors")
     # PEFT's clean names, whole matrices: no FSDP or checkpoint-wrapper prefixes, no flattened shards.
     assert len(weights) == 2 * 7 * 2

@@ -137,6 +137,60 @@ def test_smp_v1_fp16_path_uses_the_fp16_optimizer_api(
     assert {tensor.dtype for tensor in saved.values() if tensor.is_floating_point()} == {torch.float16}
 
 
+def test_smp_v1_bf16_path_clips_the_fp32_master_gradients_the_optimizer_steps_from(
+    train_script, tiny_assets, prepared_data, tmp_path, monkeypatch, clean_environment, fresh_process_group
+) -> None:
+    # Under bf16 SMP's Bit16_Optimizer steps from fp32 master gradients, copied at the end of each @smp.step
+    # (SMP 1.12.1 torch/model.py, update_master_grads): clipping the bf16 .grad afterwards changes nothing.
+    environ = {"SM_HP_MP_PARAMETERS": json.dumps({**V1_PARAMETERS, "bf16": True})}
+    smp = SmpV1()
+    _install(monkeypatch, smp.modules())
+    grad_clip = 0.01  # far below the tiny model's gradient norm, so every step must clip
+    arguments = train_arguments(
+        tiny_assets, prepared_data, tmp_path, max_steps=3, train_batch_size=4, gradient_accumulation=2,
+        validation_batches=1, checkpoint_freq=0, grad_clip=grad_clip, bf16="true",
+    )  # fmt: skip
+    train_script.run(arguments, environ)
+    assert dict(smp.calls)["model_creation"] == {"tensor_parallelism": False, "dtype": torch.bfloat16}
+    assert "clip_master_grads" not in smp.names()  # SMP 1.12.1's wrapper clips only under fp16
+    stepped = [details["master_grad_norm"] for name, details in smp.calls if name == "optimizer.step"]
+    assert len(stepped) == 3
+    assert all(norm <= grad_clip * 1.001 for norm in stepped), stepped
+
+
+def test_smp_v1_bf16_without_smps_master_map_is_refused_before_training() -> None:
+    from finetune.backends.smp_v1 import SmpV1Backend
+    from finetune.errors import ConfigurationError
+    from finetune.hyperparameters import Hyperparameters
+    from finetune.layout import parse_layout
+
+    backend = SmpV1Backend(Hyperparameters(), parse_layout({**V1_PARAMETERS, "bf16": True}), "bf16", {})
+    plain = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))])  # what an SMP without Bit16_Optimizer would give
+    with pytest.raises(ConfigurationError, match=r"mp_parameters bf16 is true, but .* returned a AdamW without"):
+        backend._require_master_map(plain)
+
+
+@pytest.mark.parametrize(
+    ("precision", "sharded", "expected"),
+    [("bf16", True, ("world", 16)), ("bf16", False, ("mp", 8)), ("fp32", True, ("mp", 8))],
+    ids=["bf16-sharded-optimizer", "bf16", "fp32-model-grads"],
+)
+def test_smp_v1_sums_the_gradient_norm_where_smp_does(precision, sharded, expected) -> None:
+    # SMP 1.12.1 clip_grad_norm_fp32: over the world when each data-parallel rank holds only its shard of the masters.
+    from types import SimpleNamespace
+
+    from finetune.backends.smp_v1 import SmpV1Backend
+    from finetune.hyperparameters import Hyperparameters
+    from finetune.layout import parse_layout
+
+    layout = parse_layout({**V1_PARAMETERS, "tensor_parallel_degree": 8, "shard_optimizer_state": sharded})
+    backend = SmpV1Backend(Hyperparameters(), layout, precision, {})
+    backend.smp = SimpleNamespace(  # 2 hosts of 8 GPUs: tensor parallel 8, 2 data-parallel replicas
+        get_world_process_group=lambda: "world", size=lambda: 16, get_mp_process_group=lambda: "mp", mp_size=lambda: 8
+    )
+    assert backend._norm_group() == expected
+
+
 def test_smp_v1_stand_in_rejects_what_the_library_rejects(fresh_process_group) -> None:
     smp = SmpV1()
     with pytest.raises(ApiMisuse, match=r"before smp\.init"):

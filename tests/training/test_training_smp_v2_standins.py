@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 from finetune.backends.smp_v2 import SmpV2Backend
-from finetune.hyperparameters import parse_hyperparameters
+from finetune.hyperparameters import Hyperparameters, parse_hyperparameters
 from finetune.layout import parse_layout
 from finetune.modeling import build_model, load_model_source
 from smp_standin_v2 import SmpV2
@@ -103,3 +103,35 @@ def test_smp_v2_transforms_before_the_fsdp_wrap_for_tensor_parallelism(
 def test_smp_v2_stand_in_rejects_init_before_the_process_group(fresh_process_group) -> None:
     with pytest.raises(ApiMisuse, match=r"needs torch\.distributed initialized first"):
         SmpV2().init()
+
+
+# hybrid_shard_degree -> FSDP ShardingStrategy (AWS "SMP v2 reference", hybrid_shard_degree): 0 (no SMP sharding
+# group: plain FSDP) and 1 shard over every GPU; 2 and up shard within groups of that many GPUs and replicate across
+# them, which is HYBRID_SHARD with SMP's group size.
+SHARDING_BY_DEGREE = [(0, "FULL_SHARD"), (1, "FULL_SHARD"), (2, "HYBRID_SHARD"), (4, "HYBRID_SHARD")]
+
+
+@pytest.mark.parametrize(("degree", "expected"), SHARDING_BY_DEGREE, ids=[f"degree-{d}" for d, _ in SHARDING_BY_DEGREE])
+def test_hybrid_shard_degree_picks_the_fsdp_sharding_strategy(degree, expected) -> None:
+    from torch.distributed.fsdp import ShardingStrategy
+
+    layout = parse_layout({"hybrid_shard_degree": degree, "tensor_parallel_degree": 1})
+    backend = SmpV2Backend(Hyperparameters(), layout, "bf16", {})
+    assert backend._sharding_strategy(ShardingStrategy) is ShardingStrategy[expected]
+
+
+# The LoRA backend over a sharded base, on 8 GPUs: a degree of the whole world is one shard group, FULL_SHARD.
+LORA_SHARDING_BY_DEGREE = [*SHARDING_BY_DEGREE, (8, "FULL_SHARD")]
+
+
+@pytest.mark.parametrize(
+    ("degree", "expected"), LORA_SHARDING_BY_DEGREE, ids=[f"degree-{d}" for d, _ in LORA_SHARDING_BY_DEGREE]
+)
+def test_hybrid_shard_degree_picks_the_lora_fsdp_sharding_strategy(degree, expected) -> None:
+    from finetune.backends.lora_fsdp import LoraFsdpBackend
+    from torch.distributed.fsdp import ShardingStrategy
+
+    layout = parse_layout({"hybrid_shard_degree": degree, "tensor_parallel_degree": 1})
+    backend = LoraFsdpBackend(Hyperparameters(method="lora"), layout, "bf16", {})
+    backend.world_size = 8  # what setup reads from torchrun's WORLD_SIZE
+    assert backend._sharding_strategy(ShardingStrategy) is ShardingStrategy[expected]

@@ -31,11 +31,32 @@ ADAPTER_FOLDER_FILES = [
 # transformers 4.x (the images' 4.21 and 4.46.3) also writes special_tokens_map.json; 5.x folds it into
 # tokenizer_config.json.
 TOKENIZER_4X_FILES = {"special_tokens_map.json"}
+# Attention and MLP projections of Llama, Mistral and Qwen2, by name (PEFT matches the last name part).
+LLAMA_LIKE_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
 def adapter_folder_files(folder: Path) -> list[str]:
     """The names in a LoRA run's model folder, without the tokenizer files only some transformers lines write."""
     return sorted(path.name for path in folder.iterdir() if path.name not in TOKENIZER_4X_FILES)
+
+
+def assert_adapter_config(folder: Path, **asked: object) -> None:
+    """adapter_config.json as a whole: every field is this PEFT's default (LoraConfig()) except those in `asked`,
+    which hold exactly what the run asked for, so a LoRA setting lost on its way to PEFT (dropout, bias, task type,
+    targets) fails here, whichever field it is. Targets compare as sets: PEFT stores them as one."""
+    import json
+
+    import peft
+
+    saved = json.loads((folder / "adapter_config.json").read_text())
+    defaults = json.loads(json.dumps(peft.LoraConfig().to_dict(), default=sorted))
+    # save_pretrained writes the config for loading the adapter to run it, not to train it.
+    expected = {**defaults, **asked, "inference_mode": True}
+    for config in (saved, expected):
+        config["target_modules"] = sorted(config["target_modules"] or [])
+    differing = {key: (saved.get(key), expected.get(key)) for key in saved.keys() | expected.keys()}
+    differing = {key: values for key, values in differing.items() if values[0] != values[1]}
+    assert not differing, f"adapter_config.json fields as (written, asked for or PEFT's default): {differing}"
 
 
 def load_saved_model(folder: Path):

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from .adapters import METHODS, adapter_backend_problem, parse_target_modules
 from .errors import ConfigurationError
+from .memory import check_memory_flags
 
 # Flags the SageMaker platform adds to the command line; they are read elsewhere (mp_parameters: layout.py).
 PLATFORM_FLAGS = ("mp_parameters",)
@@ -64,6 +65,13 @@ def parse_float(text: str) -> float:
         return float(str(text).strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def parse_optional_float(text: str) -> float | None:
+    """A number, or None/null/empty for "not set"."""
+    if str(text).strip().lower() in _NONE:
+        return None
+    return parse_float(text)
 
 
 def parse_optional_path(text: str) -> str | None:
@@ -242,6 +250,23 @@ class Hyperparameters:
     base_model_revision: str | None = _hp(
         None, "adapters", "commit of the base model's weights, for the record", parse_optional_path
     )
+    # --- memory: synth's estimate for the stage, so that a run's batch is checked before anything loads ---
+    memory_fixed_gib: float | None = _hp(
+        None,
+        "memory",
+        "GiB per GPU that do not grow with the batch: weights, gradients, optimizer state, runtime (synth's "
+        "estimate; None: no memory check)",
+        parse_optional_float,
+    )
+    memory_per_sequence_gib: float | None = _hp(
+        None,
+        "memory",
+        "GiB per GPU each sequence of --train_batch_size adds: activations and logits (synth's estimate)",
+        parse_optional_float,
+    )
+    memory_usable_gib: float | None = _hp(
+        None, "memory", "GiB of each GPU the estimate may fill (synth's)", parse_optional_float
+    )
 
 
 HYPERPARAMETERS: tuple[dataclasses.Field, ...] = dataclasses.fields(Hyperparameters)
@@ -379,6 +404,7 @@ def check_hyperparameters(hp: Hyperparameters) -> None:
         f"({hp.model_config}) are given: pass one (pretrained weights, or a config for random init)",
     )
     _check_adapter_hyperparameters(hp)
+    check_memory_flags(hp)
     _require(
         hp.pretrained_dir is not None or hp.model_config is not None,
         "no model: pass --pretrained_dir (or provide the `model` channel, SM_CHANNEL_MODEL) to fine-tune "

@@ -23,6 +23,7 @@ from typing import Any, Callable
 from .adapters import adapter_backend_problem
 from .errors import ConfigurationError
 from .hyperparameters import Hyperparameters, PlatformArguments
+from .memory import check_memory
 
 SMP_V1_MODULE = "smdistributed.modelparallel.torch"
 SMP_V2_MODULE = "torch.sagemaker"
@@ -270,6 +271,8 @@ def check_layout(hp: Hyperparameters, layout: ParallelLayout, backend: str, worl
             )
         if hp.fp16:
             raise ConfigurationError("--fp16 is not supported with SMP v2 (FSDP): use --bf16")
+    # Last: the batch against synth's memory figures, once the layout says how a batch is split into microbatches.
+    check_memory(hp, layout.microbatches)
 
 
 def check_smp_v1_requires(parameters: Mapping[str, Any]) -> None:

@@ -59,6 +59,17 @@ CODE_ARCHIVE = f"{PROCESSING}/input/code/sourcedir.tar.gz"
 # The SMP reference notebooks' MPI options; the EFA ones only make sense (and are only set) on instances with EFA.
 BASE_MPI_OPTIONS = "-x NCCL_DEBUG=WARN -x SMDEBUG_LOG_LEVEL=ERROR"
 EFA_MPI_OPTIONS = "-x FI_EFA_USE_DEVICE_RDMA=1 -x FI_PROVIDER=efa -x RDMAV_FORK_SAFE=1"
+# SMP v1's own variables, as AWS's GPT-J example passes them (amazon-sagemaker-examples, archived/
+# smp-train-gptj-sharded-data-parallel-tp), each only where it does what the example wants:
+# - D2D is SMP's device-to-device transport between pipeline partitions. Without a pipeline it carries nothing, and
+#   turning it off (with a 1-byte receive buffer) keeps its GPU buffer from being reserved; SMP 1.12.1 already skips
+#   it when partitions is 1 (backend/core.py), the variables hold that whatever a later SMP does. With a pipeline it
+#   is the activations' transport: left on.
+SMP_NO_D2D_MPI_OPTIONS = "-x SMP_DISABLE_D2D=1 -x SMP_D2D_GPU_BUFFER_SIZE_BYTES=1"
+# - At most one of SMP's tensor-parallel NCCL collectives in flight (default 8): each holds its buffers while it
+#   runs, so fewer in flight use less GPU memory, for some throughput (AWS: "Tips and pitfalls", tensor parallelism;
+#   SMP 1.12.1 torch/throttler.py). Only the tensor-parallel modules' collectives are throttled.
+SMP_TENSOR_PARALLEL_MPI_OPTIONS = "-x SMP_NCCL_THROTTLE_LIMIT=1"
 
 
 @dataclass(frozen=True)
@@ -95,11 +106,26 @@ def distribution(training: TrainingConfig) -> dict | None:
     modelparallel = {"smdistributed": {"modelparallel": {"enabled": True, "parameters": smp_parameters(training)}}}
     if training.smp.version == 2:
         return {"torch_distributed": {"enabled": True}, **modelparallel}
-    options = BASE_MPI_OPTIONS + (" " + EFA_MPI_OPTIONS if training.catalog_instance.efa else "")
     return {
-        "mpi": {"enabled": True, "processes_per_host": training.processes, "custom_mpi_options": options},
+        "mpi": {
+            "enabled": True,
+            "processes_per_host": training.processes,
+            "custom_mpi_options": smp_v1_mpi_options(training),
+        },
         **modelparallel,
     }
+
+
+def smp_v1_mpi_options(training: TrainingConfig) -> str:
+    """The `-x NAME=VALUE` options mpirun exports to every SMP v1 process, for this layout and instance."""
+    options = [BASE_MPI_OPTIONS]
+    if training.smp.pipeline_parallel_degree == 1:
+        options.append(SMP_NO_D2D_MPI_OPTIONS)
+    if training.smp.tensor_parallel_degree > 1:
+        options.append(SMP_TENSOR_PARALLEL_MPI_OPTIONS)
+    if training.catalog_instance.efa:
+        options.append(EFA_MPI_OPTIONS)
+    return " ".join(options)
 
 
 # --- the offline SDK session and shared pieces ---------------------------------------------------------------

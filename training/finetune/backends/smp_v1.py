@@ -140,7 +140,18 @@ class SmpV1Backend(TrainingBackend):
             dynamic_loss_scale=True,
             dynamic_loss_args={"scale_window": 1000, "min_scale": 1, "delayed_shift": 2},
         )
+        self._require_master_map(optimizer)
         return model, optimizer
+
+    def _require_master_map(self, optimizer: Any) -> None:
+        """bf16 clipping needs Bit16_Optimizer's master_is_distributed to count each tensor-parallel slice once;
+        fail at setup, not at the first step, if this SMP lacks it."""
+        if self.precision == "bf16" and not isinstance(getattr(optimizer, "master_is_distributed", None), dict):
+            raise ConfigurationError(
+                f"mp_parameters bf16 is true, but smp.DistributedOptimizer returned a {type(optimizer).__name__} "
+                "without SMP's master_is_distributed (Bit16_Optimizer), so the fp32 master gradients it steps from "
+                "cannot be clipped. Use the SMP v1.15 image (training.smp.version 1), or train in fp16"
+            )
 
     def load_pretrained(self, model: Any, read_weights: WeightsReader) -> None:
         if self.replaced:
@@ -159,19 +170,50 @@ class SmpV1Backend(TrainingBackend):
         # The step returns a StepOutput holding one loss per microbatch.
         return self._train_step(model, inputs["input_ids"], inputs["attention_mask"]).reduce_mean().detach().float()
 
-    def _global_grad_norm(self, model: Any) -> torch.Tensor:
-        """The gradient norm over the whole model: each rank sums squares of its own partition (a tensor-parallel
-        slice counts on every rank, a replicated parameter only on tp_rank 0), summed over the model-parallel group."""
+    def _stepped_parameters(self, model: Any, optimizer: Any) -> list[Any]:
+        """The parameters whose .grad the optimizer steps from. Under bf16, Bit16_Optimizer's fp32 masters (its
+        param_groups): SMP copies the model's bf16 .grad into them at the end of each @smp.step
+        (update_master_grads), so clipping the model's .grad afterwards would change nothing the step reads. In fp32,
+        the model's own."""
+        if self.precision == "bf16":
+            return [parameter for group in optimizer.param_groups for parameter in group["params"]]
+        return list(model.local_parameters())
+
+    def _counts_on_this_rank(self, model: Any, optimizer: Any, parameter: Any) -> bool:
+        """A tensor-parallel slice counts on every rank, a replicated parameter only on tp_rank 0 (SMP's
+        clip_grad_norm_fp32). A master is not the model's parameter: Bit16_Optimizer's master_is_distributed says;
+        a parameter the model already held in fp32 is stepped as it is."""
+        masters = getattr(optimizer, "master_is_distributed", {})
+        if parameter in masters:
+            return bool(masters[parameter]) or self.smp.tp_rank() == 0
+        return model.is_distributed_parameter(parameter) or self.smp.tp_rank() == 0
+
+    def _norm_group(self) -> tuple[Any, int]:
+        """Where the squares are summed, and its size, as SMP's clip_grad_norm_fp32 does for the masters: with
+        shard_optimizer_state each data-parallel rank holds the masters of its own shard, so over the world; else
+        over the model-parallel group, each of whose ranks holds one partition."""
         smp = self.smp
+        if self.precision == "bf16" and self.layout.parameters.get("shard_optimizer_state"):
+            return smp.get_world_process_group(), smp.size()
+        return smp.get_mp_process_group(), smp.mp_size()
+
+    def _clip_stepped_grads(self, model: Any, optimizer: Any) -> float:
+        """Clips the gradients the optimizer steps from to hp.grad_clip, by their norm over the whole model."""
+        parameters = [
+            parameter for parameter in self._stepped_parameters(model, optimizer) if parameter.grad is not None
+        ]
         total = torch.zeros((), device=self.device)
-        for parameter in model.local_parameters():
-            if parameter.grad is None:
-                continue
-            if model.is_distributed_parameter(parameter) or smp.tp_rank() == 0:
+        for parameter in parameters:
+            if self._counts_on_this_rank(model, optimizer, parameter):
                 total += parameter.grad.detach().float().pow(2).sum()
-        if smp.mp_size() > 1:
-            dist.all_reduce(total, group=smp.get_mp_process_group())
-        return total.sqrt()
+        group, size = self._norm_group()
+        if size > 1:
+            dist.all_reduce(total, group=group)
+        norm = float(total.sqrt())
+        if self.hp.grad_clip > 0 and norm > self.hp.grad_clip:
+            for parameter in parameters:
+                parameter.grad.mul_(self.hp.grad_clip / (norm + 1e-6))
+        return norm
 
     def optimizer_step(self, model: Any, optimizer: Any) -> tuple[float | None, bool]:
         norm: float | None = None
@@ -183,12 +225,9 @@ class SmpV1Backend(TrainingBackend):
             optimizer.step()
             stepped = not bool(getattr(optimizer, "overflow", False))
         else:
-            total = self._global_grad_norm(model)
-            norm = float(total)
-            if self.hp.grad_clip > 0 and norm > self.hp.grad_clip:
-                for parameter in model.local_parameters():
-                    if parameter.grad is not None:
-                        parameter.grad.mul_(self.hp.grad_clip / (norm + 1e-6))
+            # Not clip_master_grads under bf16: SMP 1.12.1's DistributedOptimizer wrapper returns without clipping
+            # unless fp16 (torch/optimizers/optimizer.py clip_master_grads).
+            norm = self._clip_stepped_grads(model, optimizer)
             optimizer.step()
             stepped = True
         optimizer.zero_grad(set_to_none=True)
