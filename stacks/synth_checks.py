@@ -114,7 +114,7 @@ CHECKS: tuple[tuple[str, str, str, str], ...] = (
         "LMI handler start-up",
         "int8 without a pre-sharded DeepSpeed checkpoint; int8 with vLLM; a checkpoint served "
         "with another dtype, degree or engine; max_new_tokens filling the context",
-        "DeepSpeed's loading of pre-sharded checkpoints (research/lmi_serving.md)",
+        "DeepSpeed's loading of pre-sharded checkpoints (microsoft/DeepSpeed@v0.12.6 module_inject/load_checkpoint.py)",
         f"{SERVING_TESTS}::test_rejects_endpoints_that_cannot_work",
     ),
     (

@@ -22,10 +22,12 @@ from unittest import mock
 from stacks import synth_cache
 from stacks.catalog import dlc
 
-# The SMP v1 line ends at SMP 1.15 in the PyTorch 1.13.1 DLC (Python 3.9); research/smp_training.md §1.
+# The SMP v1 line ends at SMP 1.15 in the PyTorch 1.13.1 DLC (Python 3.9): aws/sagemaker-python-sdk@v2.199.0
+# doc/api/training/smd_model_parallel_release_notes/smd_model_parallel_change_log.rst.
 SMP_V1_PYTORCH_VERSION = "1.13.1"
 SMP_V1_PY_VERSION = "py39"
-# SMP v2 runs in its own smdistributed-modelparallel images; PyTorch 2.4.1 is SMP 2.7.0 (research/smp_training.md §3).
+# SMP v2 runs in its own smdistributed-modelparallel images; PyTorch 2.4.1 is SMP 2.7.0
+# (https://docs.aws.amazon.com/sagemaker/latest/dg/model-parallel-release-notes.html).
 SMP_V2_PYTORCH_VERSION = "2.4.1"
 SMP_V2_PY_VERSION = "py311"
 
@@ -53,7 +55,8 @@ class LmiImage:
 
 
 SERVING_IMAGES = {
-    # The last LMI with the DeepSpeed engine (LMI V9; V10, 0.28.0, dropped DeepSpeed): research/lmi_serving.md §3.
+    # The last LMI with the DeepSpeed engine (LMI V9; V10, 0.28.0, dropped DeepSpeed): deepjavalibrary/djl-serving
+    # serving/docs/lmi/announcements/deepspeed-deprecation.md.
     # Its transformers and tokenizers: requirements/images/lmi-0.27.txt, the image's record (a test keeps them equal).
     "deepspeed": LmiImage(
         "deepspeed",

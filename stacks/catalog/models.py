@@ -4,8 +4,8 @@ from.
 Figures are from each model's Hugging Face config (layers, hidden size, intermediate size, attention and key/value
 heads, context, vocabulary, tied embeddings) and its model card (parameter count, license, whether the repository is
 gated). `deepspeed_kernels` says whether DeepSpeed 0.12.6 (LMI 0.27.0) has a kernel-injection policy that fits the
-architecture (research/lmi_serving.md §5); `min_transformers` is the first transformers release that loads its
-config, which decides whether LMI 0.27.0's transformers can load it at all.
+architecture (microsoft/DeepSpeed@v0.12.6 deepspeed/module_inject/containers/); `min_transformers` is the first
+transformers release that loads its config, which decides whether LMI 0.27.0's transformers can load it at all.
 
 A model's weights come from its Hugging Face repository (`hf_id`), or from one of its pre-sharded DeepSpeed
 inference checkpoints (`checkpoints`), staged into the models bucket at one exact commit (`StagedWeights`).

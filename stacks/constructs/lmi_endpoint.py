@@ -2,7 +2,8 @@
 
 What the LMI reference did with create_model / create_endpoint_config / create_endpoint in a notebook, as L1
 resources (neither the alpha L2 nor the gen-AI constructs carry the start-up timeouts, volume rules and KMS rules
-together, see research/cdk_anchors.md §1):
+together: @aws-cdk/aws-sagemaker-alpha's endpoint-config.ts, awslabs/generative-ai-cdk-constructs'
+sagemaker_deployment):
 - Model and EndpointConfig get no physical names: any change replaces them and updates the endpoint in place,
   blue/green, rolling back automatically when an alarm fires while traffic shifts.
 - The endpoint keeps a stable name (`<project>-<stage>`) so clients and alarms can name it.

@@ -10,7 +10,7 @@ record written after the last file (StagedWeights). It has no run parameters: wh
 that main is followed) and whether pickles are accepted all come from the config, so a run cannot stage anything
 else, and the definition stays a pure function of the config.
 
-The SDK writes the definitions (SDK 3.x cannot express SMP v1, research/smp_training.md §4). It makes no AWS call:
+The SDK writes the definitions (SDK 3.x cannot express SMP v1: docs/sagemaker-sdk.md). It makes no AWS call:
 every code and data location is an S3 URI, the session has placeholder credentials and its own config (no SDK
 config file is read, telemetry is off), and job names are left to the pipeline. Values only known at deploy time
 (bucket names, code archive keys, the role and key) are `${Name}` placeholders that the construct resolves with
