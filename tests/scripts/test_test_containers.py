@@ -94,3 +94,12 @@ def test_the_venvs_live_outside_the_clone_where_a_rerun_finds_them(monkeypatch, 
     assert test_containers.venvs() == tmp_path / "llm-platform" / "image-venvs"
     monkeypatch.delenv("XDG_CACHE_HOME")
     assert test_containers.venvs() == Path(os.path.expanduser("~")) / ".cache" / "llm-platform" / "image-venvs"
+
+
+def test_a_deselected_test_is_named_with_its_reason_and_exists():
+    for folder, path in CONTAINER_TEST_FOLDERS.items():
+        for environment, tests in table(path).get("DESELECTED", {}).items():
+            assert environment in test_containers.BY_NAME
+            for test, reason in tests.items():
+                file, _, name = test.partition("::")
+                assert reason.strip() and file.startswith(folder) and f"def {name}(" in (REPO / file).read_text()

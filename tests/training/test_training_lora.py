@@ -20,7 +20,7 @@ from finetune.adapters import BASE_RECORD_FILE
 from safetensors.torch import load_file
 from training_helpers import (
     ADAPTER_FOLDER_FILES,
-    LLAMA_LIKE_TARGETS,
+    TINY_LORA_ADAPTER_CONFIG,
     TRAINING_DIR,
     adapter_folder_files,
     assert_adapter_config,
@@ -113,18 +113,7 @@ def test_lora_loss_falls_with_only_the_adapters_trained(lora_runs, arch) -> None
 def test_the_output_is_an_adapter_folder_with_its_base_record(lora_runs, arch) -> None:
     model_dir = lora_runs[arch]["dir"] / "model"
     assert adapter_folder_files(model_dir) == ADAPTER_FOLDER_FILES
-    assert_adapter_config(
-        model_dir,
-        peft_type="LORA",
-        task_type="CAUSAL_LM",
-        r=8,
-        lora_alpha=16,
-        lora_dropout=0.1,
-        bias="none",
-        target_modules=LLAMA_LIKE_TARGETS,
-        base_model_name_or_path="example/tiny-base",
-        revision=BASE_COMMIT,
-    )
+    assert_adapter_config(model_dir, **TINY_LORA_ADAPTER_CONFIG, revision=BASE_COMMIT)
     weights = load_file(model_dir / "adapter_model.safetensors")
     assert weights and all(re.search(r"\.lora_[AB]\.weight$", name) for name in weights)
     assert all(tensor.dtype == torch.float32 for tensor in weights.values())

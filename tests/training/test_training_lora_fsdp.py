@@ -26,7 +26,7 @@ from finetune.adapters import BASE_RECORD_FILE
 from safetensors.torch import load_file
 from training_helpers import (
     ADAPTER_FOLDER_FILES,
-    LLAMA_LIKE_TARGETS,
+    TINY_LORA_ADAPTER_CONFIG,
     adapter_folder_files,
     assert_adapter_config,
     assert_training_loss_falls,
@@ -176,18 +176,7 @@ def test_the_loss_falls_and_the_output_is_the_lora_adapter_folder(straight_runs,
 
     model_dir = straight_run["dir"] / "model"
     assert adapter_folder_files(model_dir) == ADAPTER_FOLDER_FILES
-    assert_adapter_config(
-        model_dir,
-        peft_type="LORA",
-        task_type="CAUSAL_LM",
-        r=8,
-        lora_alpha=16,
-        lora_dropout=0.1,
-        bias="none",
-        target_modules=LLAMA_LIKE_TARGETS,
-        base_model_name_or_path="example/tiny-base",
-        revision=BASE_COMMIT,
-    )
+    assert_adapter_config(model_dir, **TINY_LORA_ADAPTER_CONFIG, revision=BASE_COMMIT)
     weights = load_file(model_dir / "adapter_model.safetensors")
     # PEFT's clean names, whole matrices: no FSDP or checkpoint-wrapper prefixes, no flattened shards.
     assert len(weights) == 2 * 7 * 2

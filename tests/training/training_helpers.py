@@ -33,6 +33,18 @@ ADAPTER_FOLDER_FILES = [
 TOKENIZER_4X_FILES = {"special_tokens_map.json"}
 # Attention and MLP projections of Llama, Mistral and Qwen2, by name (PEFT matches the last name part).
 LLAMA_LIKE_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+# What adapter_config.json holds for the tiny LoRA runs of the DDP and FSDP tests (their flags: r 8, alpha 16,
+# dropout 0.1, base "tiny-base"), beside PEFT's defaults for everything else.
+TINY_LORA_ADAPTER_CONFIG = {
+    "peft_type": "LORA",
+    "task_type": "CAUSAL_LM",
+    "r": 8,
+    "lora_alpha": 16,
+    "lora_dropout": 0.1,
+    "bias": "none",
+    "target_modules": LLAMA_LIKE_TARGETS,
+    "base_model_name_or_path": "example/tiny-base",
+}
 
 
 def adapter_folder_files(folder: Path) -> list[str]:
