@@ -106,7 +106,7 @@ node_modules/.installed: package.json package-lock.json
 
 synth: $(VENV)/.synth-deps node_modules/.installed
 	$(CDK) synth --quiet $(CDK_CONTEXT)
-	@$(PY) -m stacks.plan --assembly cdk.out --config $(CONFIG) $(if $(STAGE),--stage $(STAGE)) $(if $(OVERLAY),--overlay $(OVERLAY))
+	@$(PY) -m generators.plan --assembly cdk.out --config $(CONFIG) $(if $(STAGE),--stage $(STAGE)) $(if $(OVERLAY),--overlay $(OVERLAY))
 
 deploy: $(VENV)/.synth-deps node_modules/.installed
 	@test -n "$(STAGE)" || { echo "usage: make deploy STAGE=<stage>  (a stage of $(CONFIG))"; exit 2; }
@@ -185,22 +185,24 @@ test-containers:
 acknowledgements: $(VENV)/.synth-deps node_modules/.installed
 	$(CDK) synth --quiet -c config=config/default.yaml -o .acknowledgements/default
 	$(CDK) synth --quiet -c config=config/examples/promotion.yaml -o .acknowledgements/promotion
-	$(PY) -m stacks.acknowledgements .acknowledgements/default .acknowledgements/promotion > docs/acknowledgements.md
+	$(PY) -m generators.acknowledgements .acknowledgements/default .acknowledgements/promotion > docs/acknowledgements.md
 	rm -rf .acknowledgements
 
 # docs/architecture.md: the diagrams of what the default config deploys, drawn from its synthesized templates.
 diagram: $(VENV)/.synth-deps node_modules/.installed
 	$(CDK) synth --quiet -c config=config/default.yaml -o .diagram
-	$(PY) -m stacks.diagram .diagram > docs/architecture.md
+	$(PY) -m generators.diagram .diagram > docs/architecture.md
 	rm -rf .diagram
 
-# Every generated page of docs/: the two above, the config reference and JSON Schemas (from stacks/config/), and the
+# Every generated page of docs/: the two above, the config reference and JSON Schemas (from core/config/), and the
 # table of synth checks. Tests compare each with what its generator writes now.
 docs: $(VENV)/.synth-deps acknowledgements diagram
-	$(PY) -m stacks.config.reference > docs/config-reference.md
-	$(PY) -m stacks.config.schema > docs/config.schema.json
-	$(PY) -m stacks.config.schema --overlay > docs/config-overlay.schema.json
-	$(PY) -m stacks.synth_checks > docs/synth-checks.md
+	$(PY) -m generators.config_reference > docs/config-reference.md
+	$(PY) -m generators.config_schema > docs/config.schema.json
+	$(PY) -m generators.config_schema --overlay > docs/config-overlay.schema.json
+	$(PY) -m generators.synth_checks_page > docs/synth-checks.md
+	$(PY) -m generators.request_tables --write
+	$(PY) -m generators.architectures --write
 
 lint: $(VENV)/.test-deps
 	$(VENV)/bin/ruff check .

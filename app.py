@@ -9,8 +9,8 @@ R5 and HIPAA Security).
 
 `make synth` runs this through the pinned CLI and prints the plan. This file is the only place that reads the
 config file and CDK context; everything below it receives typed config objects. Any failure ends it with one
-message on stderr and exit status 2 (stacks/failures.py); an error in the CDK's validation report is one
-(stacks/validation_report.py).
+message on stderr and exit status 2 (core/failures.py); an error in the CDK's validation report is one
+(infrastructure/validation_report.py).
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from stacks import failures
+from core import failures
 
 if TYPE_CHECKING:
     from aws_cdk import App
 
-    from stacks.config import PlatformConfig
+    from core.config import PlatformConfig
 
 REPO_ROOT = Path(__file__).resolve().parent
 
@@ -34,14 +34,18 @@ REPO_ROOT = Path(__file__).resolve().parent
 def build_app(app: App, config: PlatformConfig, *, config_path: str = "config/default.yaml", release: str = "") -> App:
     """Add one stage per configured environment to `app`, and the promotion pipeline when the config has one;
     everything is checked by cdk-nag."""
-    # Imported here rather than at the top: main() then reports an import that fails like any other failure.
+    # deferred: imported when main() runs, so that a broken install is reported like any other failure (one
+    # message, exit status 2) rather than as Python's traceback.
     from aws_cdk import Environment
 
-    from stacks import compliance, synth_checks
-    from stacks.pipeline_stack import PipelineStack
-    from stacks.stage import PlatformStage
+    from core import synth_checks
+    from infrastructure import compliance
+    from infrastructure.pipeline_stack import PipelineStack
+    from infrastructure.region_checks import ResourceTypesInRegion
+    from infrastructure.stage import PlatformStage
 
-    synth_checks.check(app, config, config_path=config_path)
+    synth_checks.check(config, config_path=config_path)
+    app.node.add_validation(ResourceTypesInRegion(app))
     for stage_name in config.stages:
         stage = PlatformStage(app, stage_name, config=config, stage_name=stage_name, release=release)
         # Aspects do not cross Stage boundaries: the checks are added to each stage, not once to the app.
@@ -69,8 +73,9 @@ def main(app: App | None = None) -> None:
 
 
 def _synthesize(app: App | None) -> None:
-    from stacks import template_validation, validation_report
-    from stacks.config import DEFAULT_CONFIG, load_config
+    # deferred: as in build_app, a broken import is reported by main().
+    from core.config import DEFAULT_CONFIG, load_config
+    from infrastructure import template_validation, validation_report
 
     # The CLI tells the app not to fail on its validation report, then does not read it: the app reads it itself.
     # An app made here validates its templates through the synth cache; one given (tests) keeps its own validation.
@@ -101,7 +106,7 @@ def exit_without_teardown() -> None:
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     try:
-        from jsii._kernel import Kernel
+        from jsii._kernel import Kernel  # deferred: only this exit path reaches into jsii's internals
 
         node = Kernel().provider._process  # jsii's _NodeProcess: the one piece of jsii this reaches into
         node._process.stdin.write(b'{"exit":0}\n')  # what jsii's own stop() sends, but without the wait after it

@@ -19,14 +19,14 @@ from typing import Any
 from bench.stats import Sample
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-# The handler tests that show an unchanged archive makes no new object (tests/stacks/constructs/).
+# The handler tests that show an unchanged archive makes no new object (tests/infrastructure/constructs/).
 NO_NEW_OBJECT_TESTS = (
-    "tests/stacks/constructs/test_code_package_handler.py::"
+    "tests/infrastructure/constructs/test_code_package_handler.py::"
     "test_repeating_an_event_gives_the_same_answer_and_uploads_nothing_new",
-    "tests/stacks/constructs/test_code_package_handler.py::"
+    "tests/infrastructure/constructs/test_code_package_handler.py::"
     "test_same_content_from_another_asset_key_gives_the_same_archive",
-    "tests/stacks/constructs/test_code_package.py::test_unchanged_inputs_give_identical_properties",
-    "tests/stacks/constructs/test_deterministic_archive.py::"
+    "tests/infrastructure/constructs/test_code_package.py::test_unchanged_inputs_give_identical_properties",
+    "tests/infrastructure/constructs/test_deterministic_archive.py::"
     "test_same_files_with_different_mtimes_and_modes_give_identical_bytes",
 )
 
@@ -52,8 +52,8 @@ class ArtifactsResult:
 
 def _archive_definitions() -> list[tuple[str, str, Any, str]]:
     """(name, source description, members factory, top-level directory) for each code archive. The inference handler
-    is no archive any more: it is written as plain files beside the served weights (stacks/code_archives.py)."""
-    from stacks.constructs.code_package.runtime import deterministic_archive as archive
+    is no archive any more: it is written as plain files beside the served weights (infrastructure/code_archives.py)."""
+    from infrastructure.constructs.code_package.runtime import deterministic_archive as archive
 
     def training() -> list[Any]:
         return archive.members_from_directory(REPO_ROOT / "training")
@@ -63,7 +63,7 @@ def _archive_definitions() -> list[tuple[str, str, Any, str]]:
 
 def build(members_factory: Any, top_level_dir: str) -> tuple[float, str, int, int, int]:
     """(seconds, sha256, archive bytes, files, source bytes) of one build, listing the folder included."""
-    from stacks.constructs.code_package.runtime import deterministic_archive as archive
+    from infrastructure.constructs.code_package.runtime import deterministic_archive as archive
 
     out = io.BytesIO()
     started = time.perf_counter()
@@ -103,8 +103,8 @@ def markdown(result: ArtifactsResult) -> str:
         "## Artifacts: code archives and a redeploy with no change",
         "",
         "Each archive built as the code-package handler builds it at deploy time "
-        "(`stacks/constructs/code_package/runtime/deterministic_archive.py`: sorted entries, zeroed times and owners, "
-        "gzip level 9 without name or time), from the working tree, in memory.",
+        "(`infrastructure/constructs/code_package/runtime/deterministic_archive.py`: sorted entries, zeroed times and "
+        "owners, gzip level 9 without name or time), from the working tree, in memory.",
         "",
         "| archive | from | files | source bytes | archive bytes | build time: runs, median (lowest-highest) | "
         "SHA-256 of every build |",

@@ -101,8 +101,8 @@ def measure(kind: str, size: int, runs: int) -> Throughput:
 
 
 def shipped_models() -> list[ModelRow]:
-    from stacks import sizing
-    from stacks.config import load_config
+    from core import sizing
+    from core.config import load_config
 
     rows = []
     for path in SHIPPED_CONFIGS:

@@ -2,7 +2,7 @@
 venv and cdk.json flags, interleaved; then where the whole app's time goes.
 
 The CLI pairs run three times per round: as `make synth` does (the CDK's template validation on, the SageMaker SDK's
-results and the validation's reports served from the synth cache, stacks/synth_cache.py: the headline figure), with
+results and the validation's reports served from the synth cache, core/synth_cache.py: the headline figure), with
 the synth cache off (SYNTH_CACHE=off: what a fresh clone's first synth pays), and with `--no-validation` on both
 sides, so that the ratio is seen every way.
 
@@ -61,8 +61,8 @@ VARIANT_ORDER = ("as-app", "no-synth-cache", "no-checks", "no-validation")
 # The synth cache off, for the CLI runs and the phases' variant.
 CACHE_OFF = {"SYNTH_CACHE": "off"}
 # `make bench` on 2026-11-29 (BENCHMARKS.md then), before the two cuts now in the app: the SageMaker SDK session
-# and config validation shared per process (stacks/constructs/training_pipeline/definition.py), and the cdk-nag
-# acknowledgements applied from Python instead of by a Python aspect (stacks/compliance.py).
+# and config validation shared per process (infrastructure/constructs/training_pipeline/offline_sdk.py), and the cdk-nag
+# acknowledgements applied from Python instead of by a Python aspect (infrastructure/compliance.py).
 BEFORE_CUTS = {
     "date": "2026-11-29",
     "whole_seconds": 20.02,

@@ -41,7 +41,7 @@ DEFAULT_CONFIG = REPO_ROOT / "config" / "default.yaml"
 CHECK_PHASE = "cdk-nag acknowledgements applied (compliance.check)"
 DEFINITIONS_PHASE_PREFIX = "SageMaker SDK:"
 
-# What definition.py imports lazily on its first call; imported up front here when the synth cache is off (with it
+# What offline_sdk.py imports lazily on its first call; imported up front here when the synth cache is off (with it
 # on, a synth whose results are cached never imports them), so that the SDK's import time and the definitions' own
 # time are told apart.
 SAGEMAKER_MODULES = (
@@ -193,9 +193,8 @@ class Timeline:
 
 def _stack_classes() -> list[type]:
     """Every Stack subclass defined in the app's stacks package (storage, training, serving, pipeline, ...)."""
-    from aws_cdk import Stack
-
     import stacks
+    from aws_cdk import Stack
 
     found = []
     for module_info in pkgutil.iter_modules(stacks.__path__):
@@ -213,20 +212,22 @@ def _instrument_build(timeline: Timeline) -> list[Callable[[], None]]:
     from aws_cdk import aws_lambda, aws_s3_assets
     from cdk_nag import NagSuppressions
 
-    from stacks import compliance
-    from stacks.constructs.training_pipeline import definition
+    from infrastructure import compliance
+    from infrastructure.constructs.training_pipeline import finetune_pipeline, staging_pipeline
 
     undo = []
     for cls in _stack_classes():
         undo.append(timeline.wrap(cls, "__init__", f"construct {cls.__name__} (own constructs)"))
     undo.append(
         timeline.wrap(
-            definition, "finetune_definition", f"{DEFINITIONS_PHASE_PREFIX} fine-tuning pipeline definition (JSON)"
+            finetune_pipeline,
+            "finetune_definition",
+            f"{DEFINITIONS_PHASE_PREFIX} fine-tuning pipeline definition (JSON)",
         )
     )
     undo.append(
         timeline.wrap(
-            definition, "staging_definition", f"{DEFINITIONS_PHASE_PREFIX} weights-staging pipeline definition"
+            staging_pipeline, "staging_definition", f"{DEFINITIONS_PHASE_PREFIX} weights-staging pipeline definition"
         )
     )
     undo.append(timeline.wrap(aws_s3_assets.Asset, "__init__", "asset hashing + staging: s3_assets.Asset (code dirs)"))
@@ -264,10 +265,10 @@ def build_once(
     validation: bool = True,
     check: Callable[[Any], None] | None = None,
 ) -> Build:
-    """Build and synthesize the app as app.py does; `check` replaces stacks.compliance.check for this build."""
+    """Build and synthesize the app as app.py does; `check` replaces infrastructure.compliance.check for this build."""
     import app as cdk_app
-    from stacks import compliance, template_validation
-    from stacks.config import load_config
+    from core.config import load_config
+    from infrastructure import compliance, template_validation
 
     original_check = compliance.check
     if check is not None:
@@ -295,8 +296,8 @@ def build_once(
 
 
 class _ShimmedAspects:
-    """Stands in for aws_cdk.Aspects inside stacks.compliance while check() runs: aspects of a `dropped` type are
-    not added, the rest are added as usual."""
+    """Stands in for aws_cdk.Aspects inside infrastructure.compliance while check() runs: aspects of a `dropped` type
+    are not added, the rest are added as usual."""
 
     def __init__(self, real: Any, *, dropped: tuple[type, ...]) -> None:
         self.real, self.dropped = real, dropped
@@ -314,10 +315,10 @@ class _ShimmedAspects:
 
 def _without_extra_packs() -> Callable[[], None]:
     """Only the AwsSolutions pack: check() adds the NIST 800-53 R5 and HIPAA Security packs to nothing. Returns the
-    function that restores stacks.compliance."""
+    function that restores infrastructure.compliance."""
     from cdk_nag import HIPAASecurityChecks, NIST80053R5Checks
 
-    from stacks import compliance
+    from infrastructure import compliance
 
     real = compliance.Aspects
     compliance.Aspects = _ShimmedAspects(real, dropped=(NIST80053R5Checks, HIPAASecurityChecks))
@@ -331,7 +332,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "no-validation": ("template validation off (CDK_VALIDATION=false)", {"validation": False}),
     "no-synth-cache": ("synth cache off (SYNTH_CACHE=off: the SageMaker SDK imported, its definitions and image "
                        "lookups made)", {"environment": {"SYNTH_CACHE": "off"}}),
-    "no-checks": ("no cdk-nag checks (stacks.compliance.check skipped: no acknowledgements, none of the 3 packs)",
+    "no-checks": ("no cdk-nag checks (infrastructure.compliance.check skipped: no acknowledgements, none of the 3 "
+                  "packs)",
                   {"check": lambda scope: None}),
     "aws-solutions-only": ("as app.py without the NIST 800-53 R5 and HIPAA Security packs",
                            {"prepare": _without_extra_packs}),
@@ -361,7 +363,7 @@ def run(
             import cdk_nag  # noqa: F401
         with timeline.phase("import app.py's modules (stacks.*, pydantic, PyYAML, aws_cdk submodules)"):
             import app  # noqa: F401
-        from stacks import synth_cache
+        from core import synth_cache
 
         if synth_cache.directory() is None:
             with timeline.phase("import the SageMaker SDK (done by the first pipeline definition)"):

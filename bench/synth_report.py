@@ -81,7 +81,7 @@ def markdown(result: SynthResult) -> str:
         "alternation (whole, minimal, whole, minimal, ...), with the Makefile's environment (telemetry and version "
         "check off, CDK_HOME in the repo, node_modules/.bin first on PATH). The whole app runs as `make synth` does: "
         "the SageMaker SDK's pipeline definitions and image URIs, and the template validation's reports, read from the "
-        "synth cache (stacks/synth_cache.py, filled by the runs before, as by a person's earlier synth); each round "
+        "synth cache (core/synth_cache.py, filled by the runs before, as by a person's earlier synth); each round "
         "also runs it with the cache off "
         "(`SYNTH_CACHE=off`: the SDK imported and run, as on a fresh clone), and both apps with `--no-validation` "
         "(the CDK's built-in CloudFormation template validation off, on both sides). Every check stays on in the "
@@ -306,7 +306,7 @@ def _hotspots(result: SynthResult) -> list[str]:
         f"minimal app's {before['minimal_seconds']:.1f} s; in this run it takes {whole:.1f} s, "
         f"{result.ratio_wall.median:.2f}x the minimal app's {minimal:.1f} s. All six leave the cloud assembly "
         "byte-identical (the first two checked for the default, promotion and BLOOM configs when they were applied, "
-        "the last two for the default and promotion configs; the cache by tests/stacks/test_synth_cache.py and by "
+        "the last two for the default and promotion configs; the cache by tests/core/test_synth_cache.py and by "
         "this run, above), and no check is lost.",
         "",
         f"1. **SageMaker SDK pipeline definitions: {before['definitions_seconds']:.1f} s for the 6 definitions before, "
@@ -314,7 +314,7 @@ def _hotspots(result: SynthResult) -> list[str]:
         "`offline_session()` built a new boto3 Session, so botocore parsed its "
         "service models again for every definition, and the SDK validated its constant config against a JSON "
         "schema twice per definition (the second time through the name `sagemaker.session` imported, which the "
-        "patch on `sagemaker.utils` missed). Now `definition._offline_boto_session(region)` is `functools.cache`d "
+        "patch on `sagemaker.utils` missed). Now `offline_sdk._offline_boto_session(region)` is `functools.cache`d "
         "(one boto3 session per region per process), `_validate_sdk_config()` validates SDK_CONFIG once per "
         "process, and `offline_session` skips the validation in both `sagemaker.utils` and `sagemaker.session`.",
         f"2. **cdk-nag acknowledgements: {before['aspect_callbacks']} node->Python callbacks per synth before "
@@ -324,10 +324,10 @@ def _hotspots(result: SynthResult) -> list[str]:
         "`_own_resources(scope)`: one `find_all()` per stage, leaving out nested Stages as aspects do, and each "
         "resource's type read once) and adds only the three packs as aspects: "
         f"{acknowledgements:.2f} s in this run.",
-        "3. **The synth cache** (stacks/synth_cache.py): the SageMaker SDK's pipeline definitions and image URIs, kept "
+        "3. **The synth cache** (core/synth_cache.py): the SageMaker SDK's pipeline definitions and image URIs, kept "
         "on disk under the sha256 of every input that shapes them (the function and its arguments, every file under "
-        "stacks/ and training/, the installed distributions and the SDK's own files), so an entry is never stale, "
-        "only unused. A synth whose results are all cached never imports the SDK or boto3: "
+        "core/, infrastructure/ and training/, the installed distributions and the SDK's own files), so an entry is "
+        "never stale, only unused. A synth whose results are all cached never imports the SDK or boto3: "
         f"{_saving_text(_saving(result, 'no-synth-cache', WALL, by_app=True))} s wall and "
         f"{_saving_text(_saving(result, 'no-synth-cache', by_app=True))} s CPU saved all in (the `no-synth-cache` "
         f"variant; with the cache off the SDK's import and the definitions take {_sdk_seconds(result):.2f} s of "
@@ -339,7 +339,7 @@ def _hotspots(result: SynthResult) -> list[str]:
         f"{app['first_build'].get('jsii_requests', '?')} in this run.** Each read of a construct from Python is a "
         "round trip to node. The region check read `Stack.of()`, its name and region and the type of every "
         "resource (4 each, in a callback during synth); it now reads each stack once (`find_all()` per stack) "
-        "and each resource type from its L1 class's constant (stacks/construct_reads.py), as the "
+        "and each resource type from its L1 class's constant (infrastructure/construct_reads.py), as the "
         "acknowledgements do. Statements are added with `Role.add_to_policy` (a bool back, not a struct jsii "
         "reads field by field), statement ids read each construct id once, and the endpoint metrics share one "
         "`Duration`.",
@@ -348,12 +348,12 @@ def _hotspots(result: SynthResult) -> list[str]:
         "ends, instead of waiting for node's exit (0.86 s measured) and the interpreter's teardown of the app's "
         "modules and jsii objects (0.8 s): the CLI waits for neither now. Node still ends by itself; its CPU time "
         "is counted in the figures above (bench/synth.py reaps what outlives the CLI).",
-        "6. **The CDK's template validation through the synth cache** (stacks/template_validation.py): the app is "
-        "made with the built-in CloudFormation Validate plugin off and a plugin of the same name in its place, which "
-        "runs the real one on a miss and keeps its report under the sha256 of the templates' bytes, accounts and "
+        "6. **The CDK's template validation through the synth cache** (infrastructure/template_validation.py): the app "
+        "is made with the built-in CloudFormation Validate plugin off and a plugin of the same name in its place, "
+        "which runs the real one on a miss and keeps its report under the sha256 of the templates' bytes, accounts and "
         "regions (and the installed aws-cdk-lib, which bundles the engine); a hit returns that report, so the "
-        "validation-report.json is the same file either way (tests/stacks/test_template_validation.py compares it "
-        "with the built-in plugin's, violations included). The engine's start and checks (about 3 s) are paid only "
+        "validation-report.json is the same file either way (tests/infrastructure/test_template_validation.py compares "
+        "it with the built-in plugin's, violations included). The engine's start and checks (about 3 s) are paid only "
         "when a template changed: switching validation off now saves "
         f"{_saving_text(_saving(result, 'no-validation', WALL, by_app=True))} s wall.",
         *_remaining(result, app),

@@ -1,8 +1,8 @@
 """llmp: the operator's command line for a deployed platform.
 
-It reads the same config file as `make synth` (stacks.config) and finds everything else in the deployed stacks'
-outputs (CloudFormation DescribeStacks), so no ARN is ever copied by hand. It sits above stacks/: it imports the
-config and the plan; nothing in stacks/, training/ or model_artifacts/ imports it.
+It reads the same config file as `make synth` (core.config) and finds everything else in the deployed stacks'
+outputs (CloudFormation DescribeStacks), so no ARN is ever copied by hand. It sits above core/: it imports the config,
+the resource names and the plan, never the CDK side (infrastructure/); nothing else in the repository imports it.
 
     app.py        the Typer app, its options and exit codes
     aws.py        credentials, the stage's account, the stacks and their outputs

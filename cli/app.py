@@ -14,9 +14,6 @@ stage of the config) and --json.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import typer
 
 from cli import commands
@@ -37,15 +34,6 @@ app = typer.Typer(
 commands.register(app)
 
 
-def pinned_node_first() -> None:
-    """Loading the config starts the CDK's jsii runtime, which runs `node` from PATH: put the Node.js that set-up
-    pinned in node_modules first (as the Makefile does), so an older Node of the machine never runs it."""
-    bin_dir = Path(__file__).resolve().parents[1] / "node_modules" / ".bin"
-    if (bin_dir / "node").exists():
-        os.environ["PATH"] = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
-
-
 def main() -> None:
     """The console script `llmp`."""
-    pinned_node_first()
     app()

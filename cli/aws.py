@@ -1,6 +1,6 @@
 """The stage a command works on, the credentials it runs with, and the deployed stacks' outputs.
 
-Stack names and output keys are the ones stacks/stage.py and the stacks create (tests/cli/test_outputs.py checks
+Stack names and output keys are the ones infrastructure/stage.py and the stacks create (tests/cli/test_outputs.py checks
 them against a synthesized assembly); the values come from CloudFormation, never from a guess.
 """
 
@@ -17,11 +17,11 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from cli.errors import CliError, Exit, aws_errors
-from stacks.config import PlatformConfig, StageConfig
+from core.config import PlatformConfig, StageConfig
 
-# The stacks of a stage, named <project>-<stage>-<part> (stacks/stage.py).
+# The stacks of a stage, named <project>-<stage>-<part> (infrastructure/stage.py).
 STACK_PARTS = ("storage", "training", "serving")
-# What the CLI reads from each stack's outputs (CfnOutputs of stacks/storage_stack.py, training_stack.py,
+# What the CLI reads from each stack's outputs (CfnOutputs of infrastructure/storage_stack.py, training_stack.py,
 # serving_stack.py).
 OUTPUTS = {
     "storage": ("DataBucketName", "ModelsBucketName", "KeyArn"),

@@ -14,8 +14,8 @@ import typer
 
 from cli.errors import CliError, Exit
 from cli.render import Output
-from stacks import failures
-from stacks.config import DEFAULT_CONFIG, ConfigError, PlatformConfig, load_config
+from core import failures
+from core.config import DEFAULT_CONFIG, ConfigError, PlatformConfig, load_config
 
 ConfigOption = Annotated[
     Path,

@@ -11,11 +11,20 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import json
 import random
 from pathlib import Path
 
 EOS_TOKEN = "<|endoftext|>"
-ARCHITECTURES = ("gptj", "opt", "bloom", "gpt_neox", "gpt2")
+# The small configs are declared with the architectures (core/catalog/architectures.py, tiny_config); read from the
+# generated copy, as the containers read it, so this module imports nothing of the platform.
+_RECORDS_FILE = Path(__file__).resolve().parent.parent / "training" / "finetune" / "architectures.json"
+_TINY_RECORDS = {
+    name: record
+    for name, record in json.loads(_RECORDS_FILE.read_text())["architectures"].items()
+    if record["tiny_config"] is not None
+}
+ARCHITECTURES = tuple(_TINY_RECORDS)
 
 _SUBJECTS = ["the model", "a cat", "the engineer", "my friend", "the endpoint", "a small dog", "the team", "this film"]
 _VERBS = ["likes", "trains", "serves", "watches", "builds", "loves", "hates", "reads"]
@@ -64,34 +73,13 @@ def build_config(arch: str = "gptj", vocab_size: int = 512, context: int = 128):
     import transformers
 
     eos = 0  # EOS_TOKEN is the first special token, so its id is 0
-    common = {"vocab_size": vocab_size, "bos_token_id": eos, "eos_token_id": eos}
-    if arch == "gptj":
-        return transformers.GPTJConfig(n_layer=2, n_embd=64, n_head=4, rotary_dim=8, n_positions=context, **common)
-    if arch == "opt":
-        return transformers.OPTConfig(
-            num_hidden_layers=2,
-            hidden_size=64,
-            num_attention_heads=4,
-            ffn_dim=128,
-            word_embed_proj_dim=64,
-            max_position_embeddings=context,
-            pad_token_id=1,
-            **common,
-        )
-    if arch == "bloom":
-        return transformers.BloomConfig(n_layer=2, hidden_size=64, n_head=4, **common)
-    if arch == "gpt_neox":
-        return transformers.GPTNeoXConfig(
-            num_hidden_layers=2,
-            hidden_size=64,
-            num_attention_heads=4,
-            intermediate_size=128,
-            max_position_embeddings=context,
-            **common,
-        )
-    if arch == "gpt2":
-        return transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=context, **common)
-    raise ValueError(f"unknown architecture {arch!r}; expected one of {', '.join(ARCHITECTURES)}")
+    if arch not in _TINY_RECORDS:
+        raise ValueError(f"unknown architecture {arch!r}; expected one of {', '.join(ARCHITECTURES)}")
+    record = _TINY_RECORDS[arch]
+    kwargs = {**record["tiny_config"], "vocab_size": vocab_size, "bos_token_id": eos, "eos_token_id": eos}
+    if record["tiny_context_key"]:
+        kwargs[record["tiny_context_key"]] = context
+    return transformers.AutoConfig.for_model(arch, **kwargs)
 
 
 def build_model(arch: str = "gptj", vocab_size: int = 512, seed: int = 0):

@@ -51,7 +51,7 @@ class LocalRunError(RuntimeError):
 
 def finetune_definition(assembly: Path, stage: str) -> dict[str, Any]:
     """The fine-tuning pipeline's definition (placeholders left in) from a synthesized stage."""
-    from stacks.plan import AssemblyError, stage_stacks
+    from generators.plan import AssemblyError, stage_stacks
 
     try:
         stacks = stage_stacks(assembly, stage)
@@ -96,8 +96,8 @@ def resolve(value: Any, parameters: dict[str, Any]) -> Any:
 
 
 def build_code_archive(path: Path) -> Path:
-    """training/ as the deploy packages it (stacks/constructs/code_package/runtime/deterministic_archive.py)."""
-    sys.path.insert(0, str(REPO_ROOT / "stacks" / "constructs" / "code_package" / "runtime"))
+    """training/ as the deploy packages it (infrastructure/constructs/code_package/runtime/deterministic_archive.py)."""
+    sys.path.insert(0, str(REPO_ROOT / "infrastructure" / "constructs" / "code_package" / "runtime"))
     from deterministic_archive import members_from_directory, write_archive
 
     with path.open("wb") as out:

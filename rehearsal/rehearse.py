@@ -73,7 +73,7 @@ class StageChoice:
 
 def choose_stage(config_path: str, overlays: tuple[str, ...], requested: str | None) -> StageChoice:
     """The stage to rehearse, why, and what the overlays change in it. Raises SetupError when it cannot be."""
-    from stacks.config import ConfigError, load_config
+    from core.config import ConfigError, load_config
 
     try:
         real = load_config(config_path)

@@ -22,9 +22,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from core import api_limits  # noqa: E402
+from core.api_limits import aws_tables  # noqa: E402
+from core.catalog import dlc, images  # noqa: E402
+from generators import aws_tables as table_generator  # noqa: E402
 from scripts import generate_dlc_registries, venv_sync  # noqa: E402
-from stacks import api_limits  # noqa: E402
-from stacks.catalog import aws_limits, dlc, images  # noqa: E402
 
 # The releases the generated tables come from, and the lock that pins each.
 WATCHED = {"botocore": "synth", "boto3": "synth", "sagemaker": "synth", "cfn-lint": "dev"}
@@ -33,8 +35,9 @@ SHOWN = 8
 TAKE_IT = """to take them:
   1. bump the pins in requirements/synth.in (boto3, botocore, sagemaker) or requirements/dev.in (cfn-lint)
   2. make lock
-  3. .venv/bin/python -m stacks.catalog.aws_limits && .venv/bin/python scripts/generate_dlc_registries.py
-  4. make test, then review `git diff stacks/catalog/` (a new limit may make synth refuse a config it accepted)"""
+  3. .venv/bin/python -m generators.aws_tables && .venv/bin/python scripts/generate_dlc_registries.py
+  4. make test, then review `git diff core/api_limits/ core/catalog/` (a new limit may make synth refuse a config it
+     accepted)"""
 
 
 def locked_version(name: str, lock: str) -> str | None:
@@ -82,8 +85,8 @@ def json_changes(old: Any, new: Any, path: str = "") -> Iterator[str]:
 def table_changes() -> dict[str, list[str]]:
     """Each committed table against what the newest releases generate."""
     fresh = {
-        aws_limits.API_TABLE: aws_limits.generate_api_table(api_limits.api_members()),
-        aws_limits.RESOURCE_TYPES_TABLE: aws_limits.generate_resource_types_table(),
+        aws_tables.API_TABLE: table_generator.generate_api_table(api_limits.api_members()),
+        aws_tables.RESOURCE_TYPES_TABLE: table_generator.generate_resource_types_table(),
         dlc.TABLE: generate_dlc_registries.build(),
     }
     changes = {}
@@ -107,7 +110,7 @@ def newer_lmi_images() -> list[str]:
         return tuple(int(part) for part in version.split(".") if part.isdigit())
 
     newer = sorted((v for v in config["versions"] if key(v) > key(current)), key=key)
-    return [f"djl-lmi {version} (the vllm engine runs {current}: stacks/catalog/images.py)" for version in newer]
+    return [f"djl-lmi {version} (the vllm engine runs {current}: core/catalog/images.py)" for version in newer]
 
 
 def main() -> int:

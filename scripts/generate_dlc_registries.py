@@ -1,4 +1,4 @@
-"""Regenerate stacks/catalog/dlc_registries.json, the committed table the serving images resolve from, out of the
+"""Regenerate core/catalog/dlc_registries.json, the committed table the serving images resolve from, out of the
 pinned SageMaker SDK's own image tables (sagemaker/image_uri_config/*.json) and botocore's ECR endpoints.
 
     .venv/bin/python scripts/generate_dlc_registries.py [--check]
@@ -12,7 +12,7 @@ What it records, per region:
 - for the djl-inference repository (the LMI images), the regions the SDK lists for each tag it knows: a tag is not
   published in every region the registry exists in (an image is not copied to regions that launch after it).
 
-So a tag newer than the pinned SDK knows resolves anyway (stacks/catalog/images.py names the tag whose regions it
+So a tag newer than the pinned SDK knows resolves anyway (core/catalog/images.py names the tag whose regions it
 shares), in every partition, without waiting for an SDK release. Synth only reads the JSON; a test re-runs this
 script and fails when the committed table differs from what the installed SDK says.
 """
@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-TABLE = Path(__file__).resolve().parents[1] / "stacks" / "catalog" / "dlc_registries.json"
+TABLE = Path(__file__).resolve().parents[1] / "core" / "catalog" / "dlc_registries.json"
 # The account that holds the DLC repositories in us-east-1: a table entry with it there is a DLC repository (the
 # older sagemaker-* framework images live in other accounts).
 DLC_ACCOUNT_US_EAST_1 = "763104351884"

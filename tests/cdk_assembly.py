@@ -85,8 +85,8 @@ def cdk_context() -> dict[str, Any]:
 def synthesize(config_path: Path, outdir: Path, *, release: str = "", only_stage: str | None = None) -> Assembly:
     """Build the app the way app.py does (cdk-nag included) and read back what it wrote."""
     import app as cdk_app
-    from stacks import template_validation
-    from stacks.config import load_config
+    from core.config import load_config
+    from infrastructure import template_validation
 
     app = template_validation.new_app(context=cdk_context(), outdir=str(outdir))
     config = load_config(config_path, only_stage=only_stage)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from stacks.config import load_config
-from stacks.plan import render as render_plan
+from core.config import load_config
+from generators.plan import render as render_plan
 from tests.cdk_assembly import REPO, cdk_context, synthesize
 
 
@@ -68,12 +68,12 @@ ONE_STAGE = "stages:\n  dev: {region: us-east-1, removal_policy: destroy}\n"
 # the app is built, the config is not read (validating it imports the SageMaker SDK, seconds per process): these
 # tests are about what happens after.
 BROKEN_IMPORT = """
-sys.modules["stacks.config"] = None  # `import stacks.config` now raises ImportError
+sys.modules["core.config"] = None  # `import core.config` now raises ImportError
 """
 CONSTRUCT_RAISES = """
 import aws_cdk as cdk
-import stacks.config
-stacks.config.load_config = lambda *args, **kwargs: None
+import core.config
+core.config.load_config = lambda *args, **kwargs: None
 
 def bucket_name(prefix):
     raise ValueError("bucket name too long: " + prefix * 10_000)
@@ -87,8 +87,8 @@ app_py.build_app = build
 TOO_MANY_TAGS = """
 import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cloudwatch
-import stacks.config
-stacks.config.load_config = lambda *args, **kwargs: None
+import core.config
+core.config.load_config = lambda *args, **kwargs: None
 
 def build(app, config, **kwargs):
     tags = [cdk.CfnTag(key=f"k{i}", value="v") for i in range(51)]
@@ -142,7 +142,7 @@ def cdk_synth(tmp_path: Path, patch: str) -> subprocess.CompletedProcess:
 def test_any_failure_is_one_line_and_exit_status_2(tmp_path):
     result = run_patched(tmp_path, BROKEN_IMPORT)
     assert result.returncode == 2, result.stderr
-    assert result.stderr.startswith("app.py: ModuleNotFoundError: import of stacks.config halted"), result.stderr
+    assert result.stderr.startswith("app.py: ModuleNotFoundError: import of core.config halted"), result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "DEBUG=1" in result.stderr
 
     debug = run_patched(tmp_path, BROKEN_IMPORT, DEBUG="1")
@@ -175,7 +175,7 @@ def test_an_error_in_the_cdk_validation_report_fails_cdk_synth(tmp_path):
 def test_the_plan_fails_with_one_line_and_exit_status_2(tmp_path):
     config, assembly = tmp_path / "one.yaml", tmp_path / "assembly"
     config.write_text(ONE_STAGE)
-    plan = [sys.executable, "-m", "stacks.plan", "--config", str(config), "--assembly", str(assembly)]
+    plan = [sys.executable, "-m", "generators.plan", "--config", str(config), "--assembly", str(assembly)]
     result = subprocess.run(plan, cwd=REPO, env=app_env(tmp_path), capture_output=True, text=True, check=False)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
@@ -200,7 +200,7 @@ def test_one_stage_can_be_synthesized_alone(tmp_path):
 
 def test_govcloud_region_gets_its_partition_and_registry(tmp_path):
     # China regions are refused at synth (CloudFormation there has no AWS::SageMaker::ModelPackageGroup:
-    # tests/stacks/test_region_support.py); GovCloud (US-West) has every image and resource type a stage uses.
+    # tests/core/test_region_support.py); GovCloud (US-West) has every image and resource type a stage uses.
     config = tmp_path / "gov.yaml"
     config.write_text("stages:\n  dev:\n    region: us-gov-west-1\n    removal_policy: destroy\n")
     gov = synthesize(config, tmp_path / "out")
@@ -227,16 +227,16 @@ def test_plan_lists_each_stage_with_its_stacks_and_resource_counts(assembly):
 
 
 def test_plan_shows_copies_per_instance_when_tensor_parallelism_leaves_gpus(tmp_path):
-    from stacks.config import ServingConfig
-    from stacks.plan import describe_serving
+    from core.config import ServingConfig
+    from generators.plan import describe_serving
 
     lines = describe_serving(ServingConfig(model="gpt-j-6b", tensor_parallel_degree=2, instance_type="ml.g5.12xlarge"))
     assert "tensor parallel 2, 2 copies per instance" in lines[1]
 
 
 def test_plan_says_where_latest_approved_weights_come_from():
-    from stacks.config import ServingConfig
-    from stacks.plan import describe_weights
+    from core.config import ServingConfig
+    from generators.plan import describe_weights
 
     assert "newest approved model package of the stage's own group" in describe_weights(
         ServingConfig(weights={"source": "latest_approved"})

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from stacks import failures, validation_report
+from core import failures
+from infrastructure import validation_report
 from tests.test_app import run_app, run_patched
 
 # aws-cdk-lib's bucket-name check raises through jsii one line per rule the name breaks.
 BAD_BUCKET_NAME = """
 import aws_cdk as cdk
 from aws_cdk import aws_s3 as s3
-import stacks.config
-stacks.config.load_config = lambda *args, **kwargs: None
+import core.config
+core.config.load_config = lambda *args, **kwargs: None
 
 def build(app, config, **kwargs):
     s3.Bucket(cdk.Stack(cdk.Stage(app, "dev"), "Tiny"), "Data", bucket_name="Data_Bucket")
@@ -25,7 +26,7 @@ app_py.build_app = build
 @pytest.mark.bad_input("config")
 def test_a_construct_validation_error_keeps_the_resource_type_and_the_regions_that_have_it(tmp_path):
     """A stage in cn-northwest-1: CloudFormation there has no AWS::SageMaker::ModelPackageGroup, and the app's region
-    check (stacks/region_support.py) fails synth with the CDK's "Validation failed with the following errors:" and
+    check (core/region_support.py) fails synth with the CDK's "Validation failed with the following errors:" and
     the reason on the lines after it."""
     china = tmp_path / "china.yaml"
     china.write_text("stages:\n  dev: {region: cn-northwest-1, removal_policy: destroy}\n")

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
+from infrastructure.pipeline_stack import BOTO3_VERSION
 from scripts import locks, venv_sync
-from stacks.pipeline_stack import BOTO3_VERSION
 from tests.cdk_assembly import REPO
 
 REQUIREMENTS = REPO / "requirements"

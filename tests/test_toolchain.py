@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from stacks.pipeline_stack import NODE_RUNTIME, PYTHON_RUNTIME
+from infrastructure.pipeline_stack import NODE_RUNTIME, PYTHON_RUNTIME
 from tests.cdk_assembly import APP, REPO
 
 PACKAGE = json.loads((REPO / "package.json").read_text())

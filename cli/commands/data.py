@@ -13,7 +13,7 @@ from cli import aws as aws_module
 from cli.errors import CliError, Exit, aws_errors
 from cli.options import ConfigOption, JsonOption, StageOption, handled, load
 from cli.render import Output
-from stacks import layout
+from core import bucket_layout
 
 # What the pipeline's PrepareData step reads: these files, directly in its input folder (training/prepare_data.py
 # RAW_SUFFIXES and raw_files(); tests/cli/test_data.py checks they agree). Files in subfolders are not read.
@@ -44,7 +44,7 @@ def upload_data(
     aws.check_account(target)
     storage = aws.outputs(target, "storage")
     bucket, key_arn = storage["DataBucketName"], storage["KeyArn"]
-    prefix = layout.RAW_DATA + (f"{under}/" if under else "")
+    prefix = bucket_layout.RAW_DATA + (f"{under}/" if under else "")
     s3 = aws.client("s3", target.region)
     total = sum(f.stat().st_size for f in files)
     uploaded = []

@@ -10,8 +10,8 @@ import typer
 from cli.errors import CliError, Exit
 from cli.options import AllStagesOption, ConfigOption, JsonOption, handled, load
 from cli.render import Output
-from stacks import plan as planning
-from stacks.config import REPO_ROOT
+from core.config import REPO_ROOT
+from generators import plan as planning
 
 
 @handled

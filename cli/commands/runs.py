@@ -14,8 +14,8 @@ from cli.aws import Aws, Stage
 from cli.errors import CliError, Exit, aws_errors
 from cli.options import ConfigOption, JsonOption, StageOption, handled, load
 from cli.render import Output
-from stacks import layout
-from stacks.catalog.models import StagedWeights
+from core import bucket_layout
+from core.catalog.models import StagedWeights
 
 FollowOption = Annotated[
     bool, typer.Option("--follow/--no-follow", help="follow the run's steps until it ends (Ctrl-C detaches)")
@@ -168,9 +168,9 @@ def _has_type(value: str, kind: str) -> bool:
 
 
 def _check_input_data(uri: str, data_bucket: str) -> None:
-    """The training role reads only raw/ of the stage's data bucket (stacks/storage_stack.py): anything else would
-    fail inside the run, minutes later."""
-    allowed = f"s3://{data_bucket}/{layout.RAW_DATA}"
+    """The training role reads only raw/ of the stage's data bucket (infrastructure/storage_stack.py): anything else
+    would fail inside the run, minutes later."""
+    allowed = f"s3://{data_bucket}/{bucket_layout.RAW_DATA}"
     if not uri.startswith(allowed):
         raise CliError(
             f"--param InputData: the pipeline may read only under {allowed}; upload there with `llmp upload-data`",

@@ -20,9 +20,9 @@ from typing import Any
 
 from lmi_config import ConfigError
 from lmi_requests import PAYLOAD_TOO_LARGE, UNPROCESSABLE, GenerationParameters, GenerationRequest, RequestError
+from request_schema import SAMPLING_PARAMETERS
 from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
-_SAMPLING_KNOBS = ("temperature", "top_p", "top_k", "typical_p")
 # BaseException that must never be taken for a bad prompt. Everything else a tokenizer raises is about its input,
 # including pyo3's PanicException (a BaseException) from the Rust tokenizers.
 _NOT_THE_PROMPTS_FAULT = (KeyboardInterrupt, SystemExit, GeneratorExit)
@@ -133,7 +133,7 @@ class TextGenerator:
             "logits_processor": LogitsProcessorList([_Float32Scores()]),
         }
         if parameters.do_sample:
-            for name in _SAMPLING_KNOBS:
+            for name in SAMPLING_PARAMETERS:
                 value = getattr(parameters, name)
                 if value is not None:
                     kwargs[name] = value

@@ -26,21 +26,28 @@ import logging
 import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from lmi_config import ConfigError, HandlerConfig
 
 log = logging.getLogger(__name__)
 
-# model_type values with a kernel-injection policy in deepspeed/module_inject/replace_policy.py, 0.12.6 and 0.19.x.
-INJECTION_ARCHITECTURES = ("gptj", "opt", "bloom", "gpt_neox", "gpt2", "gpt_neo")
-# deepspeed >= 0.16.3 raises for BLOOM kernel injection with transformers > 4.43.4 (BLOOM's modules changed there).
-_LAST_TRANSFORMERS_FOR_BLOOM_INJECTION = (4, 43, 4)
+# The architecture records of core/catalog/architectures.py, where each fact has its source. This folder runs in the
+# LMI container and cannot import core/: `python -m generators.architectures --write` (make docs) writes this copy.
+_RECORDS = json.loads((Path(__file__).parent / "architectures.json").read_text())["architectures"]
+# model_type values with a kernel-injection policy that fits (deepspeed_kernels).
+INJECTION_ARCHITECTURES = tuple(name for name, record in _RECORDS.items() if record["deepspeed_kernels"])
+# The last transformers release with which DeepSpeed injects kernels into a model_type, where one is known
+# (deepspeed_kernels_max_transformers: BLOOM's modules changed after 4.43.4).
+_LAST_TRANSFORMERS_FOR_INJECTION = {
+    name: tuple(int(part) for part in record["deepspeed_kernels_max_transformers"].split("."))
+    for name, record in _RECORDS.items()
+    if record["deepspeed_kernels_max_transformers"]
+}
 DS_CHECKPOINT_DESCRIPTION = "ds_inference_config.json"
-# Kernel-injection containers that load a checkpoint into a meta model (MetaTensorContainer in
-# deepspeed/module_inject/containers/{bloom,gptj,gptneo,gptneox,opt}.py @ v0.12.6). GPT-2's does not: it asserts
-# "Meta tensors are not supported for this model currently." (containers/base.py, check_meta_tensor_support).
-META_CHECKPOINT_ARCHITECTURES = ("gptj", "opt", "bloom", "gpt_neox", "gpt_neo")
+# Kernel-injection containers that load a checkpoint into a meta model (deepspeed_meta_checkpoint).
+META_CHECKPOINT_ARCHITECTURES = tuple(name for name, record in _RECORDS.items() if record["deepspeed_meta_checkpoint"])
 # get_sd_loader_json (deepspeed/runtime/state_dict_factory.py) returns these descriptions as they are; any other type
 # becomes a Megatron loader, which the kernel-injection path cannot read.
 DS_CHECKPOINT_TYPES = ("bloom", "ds_model")
@@ -251,13 +258,12 @@ def load_model(weights_dir: str, config: HandlerConfig, *, use_cuda: bool, local
 
 def _kernel_injection(config: HandlerConfig, model_type: str, cuda_available: bool, transformers_version: str) -> bool:
     has_policy = model_type in INJECTION_ARCHITECTURES
-    bloom_blocked = (
-        model_type == "bloom" and _version_tuple(transformers_version) > _LAST_TRANSFORMERS_FOR_BLOOM_INJECTION
-    )
+    last_release = _LAST_TRANSFORMERS_FOR_INJECTION.get(model_type)
+    too_new = last_release is not None and _version_tuple(transformers_version) > last_release
     if config.kernel_injection == "false":
         return False
     if config.kernel_injection == "auto":
-        return cuda_available and has_policy and not bloom_blocked
+        return cuda_available and has_policy and not too_new
     # "true": the operator asked for it, so every reason it cannot happen is an error.
     if not cuda_available:
         raise ConfigError("option.kernel_injection='true' needs a CUDA GPU, and none is visible; use auto or false")
@@ -266,10 +272,11 @@ def _kernel_injection(config: HandlerConfig, model_type: str, cuda_available: bo
             f"option.kernel_injection='true' but DeepSpeed has no injection policy for model_type={model_type!r}; "
             f"policies exist for {', '.join(INJECTION_ARCHITECTURES)}; use auto or false"
         )
-    if bloom_blocked:
+    if too_new:
+        last = ".".join(str(part) for part in last_release)
         raise ConfigError(
-            f"option.kernel_injection='true' but DeepSpeed refuses BLOOM kernel injection with transformers "
-            f"{transformers_version} (> 4.43.4); use the LMI 0.27.0 image's transformers, or auto/false"
+            f"option.kernel_injection='true' but DeepSpeed refuses {model_type.upper()} kernel injection with "
+            f"transformers {transformers_version} (> {last}); use the LMI 0.27.0 image's transformers, or auto/false"
         )
     return True
 

@@ -1,11 +1,10 @@
 """Parse and validate one invocation body: LMI 0.27.0's text-generation request (its "Dynamic Batch/Static Batch"
 schema, serving/docs/lmi/user_guides/lmi_input_output_schema.md, with the DeepSpeed parameters).
 
-    {"inputs": "prompt" | ["prompt", ...],
-     "parameters": {"max_new_tokens": 64, "do_sample": true, "temperature": 0.7, "top_p": 0.9, "top_k": 50,
-                    "typical_p": 0.95, "repetition_penalty": 1.1, "stop_sequences": ["\\n\\n"], "seed": 42,
-                    "truncate": 512, "return_full_text": false, "details": true},
-     "stream": false}
+    {"inputs": "prompt" | ["prompt", ...], "parameters": {...}, "stream": false}
+
+What `parameters` takes (each field's type, range, default and doc) is declared once, in request_schema.PARAMETERS;
+this module parses by those rows, so a simple numeric or boolean parameter is a row there, not code here.
 
 `stream` (top level, as in LMI's rolling-batch handlers and its vLLM handler) asks for the answer as JSON lines,
 one per generated token (lmi_streaming.py); it takes one prompt string. The OpenAI chat schema (`messages`) is
@@ -17,8 +16,8 @@ Every problem becomes a RequestError carrying the HTTP status and a message that
 400 the body is not a JSON object of this shape: not UTF-8 JSON, a duplicate key, an integer too long for 64 bits,
     nesting too deep to parse, a string that is not valid Unicode (a lone surrogate escape such as "\\ud800"),
     missing `inputs`, wrong types, unknown fields;
-413 the request exceeds a configured limit (too many prompts, max_new_tokens above the cap, too many stop strings);
-422 a value of the right type is outside its range (empty prompt, temperature <= 0, top_p outside (0, 1], ...).
+413 the request exceeds a configured limit: too many prompts, or a parameter above the cap its row names;
+422 a value of the right type is outside its range: an empty prompt, or a parameter outside its row's range.
 Token-length limits need the tokenizer and are checked in lmi_generation (413 as well; 422 if the tokenizer cannot
 encode a prompt). Values the client echoes back in messages are shortened (reprlib), so a hostile value cannot
 make the error itself fail or grow to megabytes.
@@ -29,49 +28,30 @@ Stdlib only: no torch, no transformers.
 from __future__ import annotations
 
 import json
-import math
 import reprlib
 from dataclasses import dataclass
 from typing import Any
 
-BAD_REQUEST = 400
-PAYLOAD_TOO_LARGE = 413
-UNPROCESSABLE = 422
+# The statuses stay importable from here: lmi_generation takes them from this module.
+from request_schema import (
+    BAD_REQUEST,
+    MAX_STOP_SEQUENCES,
+    MIN_TEMPERATURE,
+    PARAMETER_NAMES,
+    PAYLOAD_TOO_LARGE,
+    ROWS,
+    SAMPLING_PARAMETERS,
+    TOP_LEVEL_FIELDS,
+    UNPROCESSABLE,
+    Parameter,
+)
 
-# LMI's documented default for max_new_tokens, capped by option.max_new_tokens.
-DEFAULT_MAX_NEW_TOKENS = 30
-MAX_STOP_SEQUENCES = 16
-_MAX_SEED = 2**63 - 1
 # The longest integer this API can use is a 64-bit seed (19 digits). Longer literals are refused while parsing:
 # converting them is quadratic, and above 4300 digits Python refuses with a ValueError of its own.
 _MAX_INTEGER_DIGITS = 20
-# vLLM raises temperatures below 0.01 to 0.01 (vllm/sampling_params.py, _MAX_TEMP): logits divided by less overflow
-# half precision into inf, and softmax turns inf into NaN. Done here too, so both engines sample alike.
-MIN_TEMPERATURE = 0.01
-# A repetition penalty multiplies or divides logits: outside [0.01, 100] it overflows fp16 logits the same way. On a
-# GPU, sampling from a NaN distribution is a device-side assert that leaves the worker's CUDA context unusable.
-MIN_REPETITION_PENALTY = 0.01
-MAX_REPETITION_PENALTY = 100.0
 
-TOP_LEVEL_FIELDS = ("inputs", "parameters", "stream")
 # Fields of other request schemas that mean the client expects another endpoint; each gets its own answer.
 CHAT_FIELDS = ("messages",)
-PARAMETERS = (
-    "max_new_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "typical_p",
-    "do_sample",
-    "repetition_penalty",
-    "stop",
-    "stop_sequences",  # LMI's name; `stop` is vLLM's and TGI's. Both may be given: the strings are merged.
-    "seed",
-    "truncate",
-    "return_full_text",
-    "details",
-)
-_SAMPLING_PARAMETERS = ("temperature", "top_p", "top_k", "typical_p")
 
 _shown = reprlib.Repr()
 _shown.maxstring, _shown.maxother, _shown.maxlist, _shown.maxdict, _shown.maxlevel = 80, 80, 6, 6, 3
@@ -269,75 +249,87 @@ def _prompts(payload: dict, limits: RequestLimits) -> tuple[str, ...]:
 
 
 def _parameters(raw: dict, limits: RequestLimits) -> GenerationParameters:
-    unknown = sorted(set(raw) - set(PARAMETERS))
+    unknown = sorted(set(raw) - set(PARAMETER_NAMES))
     if unknown:
         raise RequestError(
-            BAD_REQUEST, f"unknown parameter(s) {_names(unknown)}; expected any of {', '.join(PARAMETERS)}"
+            BAD_REQUEST, f"unknown parameter(s) {_names(unknown)}; expected any of {', '.join(PARAMETER_NAMES)}"
         )
-    max_new_tokens = _integer(raw, "max_new_tokens", minimum=1)
-    if max_new_tokens is None:
-        max_new_tokens = min(DEFAULT_MAX_NEW_TOKENS, limits.max_new_tokens)
-    elif max_new_tokens > limits.max_new_tokens:
+    # One at a time, in the table's order: the first bad parameter is the one the answer names.
+    values = {name: _PARSERS.get(name, _as_declared)(ROWS[name], raw, limits) for name in PARAMETER_NAMES}
+    values["stop"] = tuple(dict.fromkeys(values.pop("stop_sequences")))  # both names merged, each string once
+    return GenerationParameters(**values)
+
+
+def _as_declared(row: Parameter, raw: dict, limits: RequestLimits) -> Any:
+    """A parameter its row says everything about: its type, its range, its default."""
+    value = _READERS[row.kind](raw, row)
+    return row.default if value is None else value
+
+
+def _max_new_tokens(row: Parameter, raw: dict, limits: RequestLimits) -> int:
+    value = _integer(raw, row)
+    if value is None:
+        return min(row.default, limits.max_new_tokens)
+    if value > limits.max_new_tokens:
         raise RequestError(
-            PAYLOAD_TOO_LARGE,
-            f"parameters.max_new_tokens={max_new_tokens} is above this endpoint's cap of {limits.max_new_tokens} "
+            row.over_cap_status,
+            f"parameters.max_new_tokens={value} is above this endpoint's cap of {limits.max_new_tokens} "
             "(option.max_new_tokens)",
         )
-    temperature = _number(raw, "temperature", "> 0", lambda value: value > 0)
-    if temperature is not None:
-        temperature = max(temperature, MIN_TEMPERATURE)
-    top_p = _number(raw, "top_p", "in (0, 1]", lambda value: 0 < value <= 1)
-    top_k = _integer(raw, "top_k", minimum=0)
-    typical_p = _number(raw, "typical_p", "in (0, 1]", lambda value: 0 < value <= 1)
-    repetition_penalty = _number(
-        raw,
-        "repetition_penalty",
-        f"in [{MIN_REPETITION_PENALTY}, {MAX_REPETITION_PENALTY:g}] (1 = no penalty)",
-        lambda value: MIN_REPETITION_PENALTY <= value <= MAX_REPETITION_PENALTY,
-    )
-    do_sample = _boolean(raw, "do_sample")
-    if do_sample is None:
+    return value
+
+
+def _temperature(row: Parameter, raw: dict, limits: RequestLimits) -> float | None:
+    value = _number(raw, row)
+    return None if value is None else max(value, MIN_TEMPERATURE)
+
+
+def _do_sample(row: Parameter, raw: dict, limits: RequestLimits) -> bool:
+    value = _boolean(raw, row.name)
+    if value is None:
         # As in TGI and LMI >= 0.32: asking for a sampling knob means sampling.
-        do_sample = any(raw.get(name) is not None for name in _SAMPLING_PARAMETERS)
-    return GenerationParameters(
-        max_new_tokens=max_new_tokens,
-        do_sample=do_sample,
-        temperature=temperature,
-        top_p=top_p,
-        top_k=top_k,
-        typical_p=typical_p,
-        repetition_penalty=repetition_penalty,
-        stop=_stops(raw),
-        seed=_seed(raw),
-        truncate=_integer(raw, "truncate", minimum=1),
-        return_full_text=bool(_boolean(raw, "return_full_text")),
-        details=bool(_boolean(raw, "details")),
-    )
+        return any(raw.get(name) is not None for name in SAMPLING_PARAMETERS)
+    return value
 
 
-def _integer(raw: dict, name: str, *, minimum: int) -> int | None:
-    value = raw.get(name)
+def _stop_sequences(row: Parameter, raw: dict, limits: RequestLimits) -> tuple[str, ...]:
+    """LMI's name for `stop`, read after it: the strings of both, in order, counted together against the cap."""
+    stops = _strings(raw, ROWS["stop"]) + _strings(raw, row)
+    if len(stops) > MAX_STOP_SEQUENCES:
+        raise RequestError(
+            row.over_cap_status,
+            f"parameters.stop and stop_sequences have {len(stops)} strings; at most {MAX_STOP_SEQUENCES} are accepted",
+        )
+    return stops
+
+
+def _integer(raw: dict, row: Parameter) -> int | None:
+    value = raw.get(row.name)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise RequestError(
-            BAD_REQUEST, f"parameters.{name} must be an integer; got {_json_type(value)} {_shown.repr(value)}"
+            BAD_REQUEST, f"parameters.{row.name} must be an integer; got {_json_type(value)} {_shown.repr(value)}"
         )
-    if value < minimum:
-        raise RequestError(UNPROCESSABLE, f"parameters.{name}={value} is out of range; expected >= {minimum}")
+    if not row.accepts(value):
+        raise RequestError(
+            row.out_of_range_status, f"parameters.{row.name}={value} is out of range; expected {row.expected()}"
+        )
     return value
 
 
-def _number(raw: dict, name: str, expected: str, valid) -> float | None:
-    value = raw.get(name)
+def _number(raw: dict, row: Parameter) -> float | None:
+    value = raw.get(row.name)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise RequestError(
-            BAD_REQUEST, f"parameters.{name} must be a number; got {_json_type(value)} {_shown.repr(value)}"
+            BAD_REQUEST, f"parameters.{row.name} must be a number; got {_json_type(value)} {_shown.repr(value)}"
         )
-    if not math.isfinite(value) or not valid(value):
-        raise RequestError(UNPROCESSABLE, f"parameters.{name}={value} is out of range; expected a number {expected}")
+    if not row.accepts(value):
+        raise RequestError(
+            row.out_of_range_status, f"parameters.{row.name}={value} is out of range; expected {row.expected()}"
+        )
     return float(value)
 
 
@@ -353,43 +345,37 @@ def _boolean(raw: dict, name: str, *, where: str | None = None) -> bool | None:
     return value
 
 
-def _stops(raw: dict) -> tuple[str, ...]:
-    stops: list[str] = []
-    for name in ("stop", "stop_sequences"):
-        value = raw.get(name)
-        if value is None:
-            continue
-        given = [value] if isinstance(value, str) else value
-        if not isinstance(given, list) or not all(isinstance(stop, str) for stop in given):
-            raise RequestError(
-                BAD_REQUEST,
-                f"parameters.{name} must be a string or a list of strings; got {_json_type(value)} "
-                f"{_shown.repr(value)}",
-            )
-        if any(stop == "" for stop in given):
-            raise RequestError(
-                UNPROCESSABLE, f"parameters.{name} contains an empty string; every stop string needs text"
-            )
-        stops.extend(given)
-    if len(stops) > MAX_STOP_SEQUENCES:
-        raise RequestError(
-            PAYLOAD_TOO_LARGE,
-            f"parameters.stop and stop_sequences have {len(stops)} strings; at most {MAX_STOP_SEQUENCES} are accepted",
-        )
-    return tuple(dict.fromkeys(stops))  # each once, in order
-
-
-def _seed(raw: dict) -> int | None:
-    value = raw.get("seed")
+def _strings(raw: dict, row: Parameter) -> tuple[str, ...]:
+    """A stop parameter: a string or a list of non-empty strings."""
+    value = raw.get(row.name)
     if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
+        return ()
+    given = [value] if isinstance(value, str) else value
+    if not isinstance(given, list) or not all(isinstance(stop, str) for stop in given):
         raise RequestError(
-            BAD_REQUEST, f"parameters.seed must be an integer; got {_json_type(value)} {_shown.repr(value)}"
+            BAD_REQUEST,
+            f"parameters.{row.name} must be a string or a list of strings; got {_json_type(value)} "
+            f"{_shown.repr(value)}",
         )
-    if not 0 <= value <= _MAX_SEED:
-        raise RequestError(UNPROCESSABLE, f"parameters.seed={value} is out of range; expected 0 <= seed < 2**63")
-    return value
+    if any(stop == "" for stop in given):
+        raise RequestError(
+            row.out_of_range_status, f"parameters.{row.name} contains an empty string; every stop string needs text"
+        )
+    return tuple(given)
+
+
+def _declared_boolean(raw: dict, row: Parameter) -> bool | None:
+    return _boolean(raw, row.name)
+
+
+_READERS = {"integer": _integer, "number": _number, "boolean": _declared_boolean, "strings": _strings}
+# The parameters their rows do not say everything about: a cap from the limits, a floor, a derived default, a merge.
+_PARSERS = {
+    "max_new_tokens": _max_new_tokens,
+    "temperature": _temperature,
+    "do_sample": _do_sample,
+    "stop_sequences": _stop_sequences,
+}
 
 
 def _names(keys: list) -> str:

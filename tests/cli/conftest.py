@@ -40,8 +40,8 @@ stages:
       instance_type: ml.g5.2xlarge
 """
 
-# The fine-tuning pipeline's definition in the shape the SageMaker SDK writes it (stacks/constructs/
-# training_pipeline/definition.py; test_outputs.py reads the synthesized one): parameters with types and defaults,
+# The fine-tuning pipeline's definition in the shape the SageMaker SDK writes it (infrastructure/constructs/
+# training_pipeline/finetune_pipeline.py; test_outputs.py reads the synthesized one): parameters with types and defaults,
 # a Condition step with its branches.
 FINETUNE_DEFINITION = {
     "Version": "2020-12-01",

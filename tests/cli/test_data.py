@@ -9,7 +9,7 @@ import json
 import pytest
 
 from cli.commands import data
-from stacks.config import REPO_ROOT
+from core.config import REPO_ROOT
 from tests.cli.conftest import client
 
 

@@ -5,11 +5,16 @@ arbitrary bytes), and parsed by botocore's own code."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import requests
+import typer.main
 
 from cli import aws as aws_module
+from cli.app import app as llmp
+from cli.commands import invoke as invoke_command
+from model_artifacts.deepspeed import request_schema
 from tests.cli.conftest import ACCOUNT, REGION, client
 from tests.scripts.sagemaker_runtime_standin import SageMakerRuntime, cut, stream_error
 
@@ -130,3 +135,74 @@ def test_invoke_refuses_an_empty_prompt_and_a_zero_temperature(cli, deployed, ar
 
     assert result.exit_code == 2, result.output
     assert message in result.stderr
+
+
+# --- the request options come from the handler's parameter table (model_artifacts/deepspeed/request_schema.py) ----
+
+
+def _beyond(row, bound, direction: float):
+    """The first value past an inclusive bound: the next integer, or the next float."""
+    return bound + (1 if direction > 0 else -1) if row.kind == "integer" else math.nextafter(bound, direction)
+
+
+def _outside(row) -> list[str]:
+    """The first values beyond each end of the row's range, as typed on a command line."""
+    values = []
+    if row.minimum is not None:
+        values.append(row.minimum if row.exclusive_minimum else _beyond(row, row.minimum, -math.inf))
+    if row.maximum is not None:
+        values.append(row.maximum if row.exclusive_maximum else _beyond(row, row.maximum, math.inf))
+    return [str(value) for value in values]
+
+
+OUT_OF_RANGE = [
+    (name, value) for name in invoke_command.EXPOSED_PARAMETERS for value in _outside(request_schema.ROWS[name])
+]
+
+
+@pytest.mark.parametrize(("name", "value"), OUT_OF_RANGE)
+def test_invoke_refuses_a_value_outside_the_handler_s_range_naming_the_option(cli, deployed, name, value):
+    row = request_schema.ROWS[name]
+
+    result = cli("invoke", "hi", invoke_command.option_name(name), value)
+
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert f"{invoke_command.option_name(name)} " in line
+    assert f"give a {name} {row.bounds()}" in line
+
+
+def test_invoke_refuses_an_empty_stop_string(cli, deployed):
+    result = cli("invoke", "hi", "--stop", "")
+
+    assert result.exit_code == 2, result.output
+    assert "--stop '': every stop string needs text" in result.stderr
+
+
+def test_invoke_options_take_their_help_from_the_handler_s_table():
+    command = typer.main.get_command(llmp).commands["invoke"]
+    helps = {param.name: param.help for param in command.params}
+    for name in invoke_command.EXPOSED_PARAMETERS:
+        row = request_schema.ROWS[name]
+        assert helps[name].startswith(f"{row.doc}; {row.bounds()}"), name
+
+
+def test_invoke_sends_the_sampling_options_and_turns_sampling_on(cli, deployed, runtime):
+    runtime.stream(cut(STREAM, 100_000))
+
+    result = cli(
+        "invoke", "hi", "--top-p", "0.9", "--top-k", "40", "--repetition-penalty", "1.1", "--seed", "7",
+        "--stop", "\n\n", "--stop", "END",
+    )  # fmt: skip
+
+    assert result.exit_code == 0, result.output
+    assert runtime.requests[0][1]["parameters"] == {
+        "max_new_tokens": 64,
+        "details": True,
+        "do_sample": True,
+        "top_p": 0.9,
+        "top_k": 40,
+        "repetition_penalty": 1.1,
+        "seed": 7,
+        "stop": ["\n\n", "END"],
+    }

@@ -11,8 +11,8 @@ import pytest
 from cli import follow as following
 from cli.aws import OUTPUTS, STACK_PARTS, stages
 from cli.commands.runs import pipeline_parameters
-from stacks import plan as planning
-from stacks.config import DEFAULT_CONFIG, load_config
+from core.config import DEFAULT_CONFIG, load_config
+from generators import plan as planning
 
 CONFIG = load_config(DEFAULT_CONFIG)
 

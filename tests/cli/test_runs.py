@@ -10,7 +10,7 @@ import pytest
 from botocore.stub import ANY
 
 from cli import follow as following
-from stacks.config import load_config
+from core.config import load_config
 from tests.cli.conftest import ACCOUNT, FINETUNE_DEFINITION, REGION, STAGING_DEFINITION, client
 
 RUN = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:pipeline/llm-platform-dev-finetune/execution/abc123def456"

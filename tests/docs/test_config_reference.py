@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from stacks.config import reference, schema
+from generators import config_reference, config_schema
 from tests.cdk_assembly import REPO
 
 PAGE = REPO / "docs" / "config-reference.md"
@@ -14,7 +14,7 @@ PAGE = REPO / "docs" / "config-reference.md"
 
 @pytest.fixture(scope="module")
 def page() -> str:
-    return reference.render()
+    return config_reference.render()
 
 
 def test_the_committed_reference_is_the_generated_one(page):
@@ -23,7 +23,7 @@ def test_the_committed_reference_is_the_generated_one(page):
 
 def test_every_field_of_every_model_has_its_row_with_its_default(page):
     sections = dict(re.findall(r'<a id="(\w+)"></a>\n\n## [^\n]*\n(.*?)(?=\n<a id=|\Z)', page, re.DOTALL))
-    models = schema.config_models()
+    models = config_schema.config_models()
     assert set(sections) == {m.__name__.lower() for m in models}
     for model in models:
         rows = {row.split(" | ")[0].strip("| `"): row for row in sections[model.__name__.lower()].splitlines()}

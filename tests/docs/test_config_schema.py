@@ -9,8 +9,9 @@ import jsonschema
 import pytest
 import yaml
 
-from stacks.config import ConfigError, load_config, schema
-from stacks.config.reading import read_yaml
+from core.config import ConfigError, load_config
+from core.config.strict_yaml import read_yaml
+from generators import config_schema as schema_generator
 from tests.cdk_assembly import REPO
 
 CONFIGS = [REPO / "config" / "default.yaml", *sorted((REPO / "config" / "examples").glob("*.yaml"))]
@@ -19,7 +20,7 @@ OVERLAYS = sorted((REPO / "config" / "overlays").glob("*.yaml"))
 
 @pytest.fixture(scope="module")
 def config_schema() -> dict[str, Any]:
-    return schema.config_schema()
+    return schema_generator.config_schema()
 
 
 @pytest.fixture(scope="module")
@@ -41,23 +42,27 @@ def errors(validator: jsonschema.Draft202012Validator, document: Any) -> list[st
 
 
 def test_the_committed_schemas_are_the_generated_ones(config_schema):
-    assert (REPO / schema.SCHEMA_PATH).read_text() == schema.render(config_schema), "run `make docs`"
-    assert (REPO / schema.OVERLAY_SCHEMA_PATH).read_text() == schema.render(schema.overlay_schema()), "run `make docs`"
+    assert (REPO / schema_generator.SCHEMA_PATH).read_text() == schema_generator.render(config_schema), (
+        "run `make docs`"
+    )
+    assert (REPO / schema_generator.OVERLAY_SCHEMA_PATH).read_text() == schema_generator.render(
+        schema_generator.overlay_schema()
+    ), "run `make docs`"
 
 
 def test_the_schema_is_a_valid_draft_2020_12_schema(config_schema):
     jsonschema.Draft202012Validator.check_schema(config_schema)
-    jsonschema.Draft202012Validator.check_schema(schema.overlay_schema())
+    jsonschema.Draft202012Validator.check_schema(schema_generator.overlay_schema())
     assert config_schema["$schema"] == jsonschema.Draft202012Validator.META_SCHEMA["$id"]
 
 
 def test_every_value_check_of_the_config_types_is_in_the_schema():
-    assert schema.unmapped_value_checks() == [], "map each in stacks/config/schema.py VALUE_CHECKS"
+    assert schema_generator.unmapped_value_checks() == [], "map each in generators/schema_generator.py VALUE_CHECKS"
 
 
 def test_every_model_refuses_unknown_keys(config_schema):
     objects = [config_schema, *config_schema["$defs"].values()]
-    assert len(objects) == len(schema.config_models())
+    assert len(objects) == len(schema_generator.config_models())
     assert all(o["additionalProperties"] is False for o in objects)
 
 
@@ -72,20 +77,20 @@ def test_every_config_names_its_schema_on_the_first_line(path):
     first = path.read_text().splitlines()[0]
     prefix = "# yaml-language-server: $schema="
     assert first.startswith(prefix)
-    expected = schema.OVERLAY_SCHEMA_PATH if path in OVERLAYS else schema.SCHEMA_PATH
+    expected = schema_generator.OVERLAY_SCHEMA_PATH if path in OVERLAYS else schema_generator.SCHEMA_PATH
     assert (path.parent / first.removeprefix(prefix)).resolve() == REPO / expected
 
 
 @pytest.mark.parametrize("path", OVERLAYS, ids=lambda p: str(p.relative_to(REPO)))
 def test_an_overlay_satisfies_the_overlay_schema_and_only_that(path, config_schema):
     overlay = as_json(read_yaml(path))
-    assert errors(jsonschema.Draft202012Validator(schema.overlay_schema()), overlay) == []
+    assert errors(jsonschema.Draft202012Validator(schema_generator.overlay_schema()), overlay) == []
     # It is partial (stages without a region), which the schema of a whole file refuses.
     assert errors(jsonschema.Draft202012Validator(config_schema), overlay) != []
 
 
 def test_the_overlay_schema_still_refuses_unknown_keys_and_wrong_types():
-    validator = jsonschema.Draft202012Validator(schema.overlay_schema())
+    validator = jsonschema.Draft202012Validator(schema_generator.overlay_schema())
     assert errors(validator, {"stages": {"staging": {"serving": {"instance_typ": "ml.g5.2xlarge"}}}}) == [
         "stages.staging.serving: Additional properties are not allowed ('instance_typ' was unexpected)"
     ]

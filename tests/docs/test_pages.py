@@ -9,7 +9,7 @@ import pytest
 import typer.main
 
 from cli.app import app as llmp
-from stacks.catalog.models import MODELS
+from core.catalog.models import MODELS
 from tests.cdk_assembly import REPO
 
 README = REPO / "README.md"

@@ -104,7 +104,7 @@ def test_what_the_meta_path_hands_init_inference_is_a_config_the_installed_deeps
 
     monkeypatch.setattr(deepspeed, "init_inference", recorded_init_inference)
     monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
-    monkeypatch.setattr(lmi_loading, "_LAST_TRANSFORMERS_FOR_BLOOM_INJECTION", (99,))  # pretend an older stack
+    monkeypatch.setitem(lmi_loading._LAST_TRANSFORMERS_FOR_INJECTION, "bloom", (99,))  # pretend an older stack
     config = HandlerConfig(weights=str(weights), dtype="int8", tensor_parallel_degree=1)
     _, _, plan = lmi_loading.load_model(str(weights), config, use_cuda=True)
 

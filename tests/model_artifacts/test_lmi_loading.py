@@ -307,7 +307,7 @@ def test_the_meta_path_builds_no_weights_and_hands_deepspeed_the_checkpoint(tmp_
 
     monkeypatch.setattr(deepspeed, "init_inference", recorded_init_inference)
     monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
-    monkeypatch.setattr(lmi_loading, "_LAST_TRANSFORMERS_FOR_BLOOM_INJECTION", (99,))  # pretend an older stack
+    monkeypatch.setitem(lmi_loading._LAST_TRANSFORMERS_FOR_INJECTION, "bloom", (99,))  # pretend an older stack
     config = HandlerConfig(weights=str(weights), dtype="int8", tensor_parallel_degree=1)
     model, _, plan = load_model(str(weights), config, use_cuda=True)
 

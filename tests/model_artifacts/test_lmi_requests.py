@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 
 import pytest
 from lmi_requests import GenerationParameters, RequestError, RequestLimits, parse_request
+from request_schema import PARAMETER_NAMES, PARAMETERS, ROWS, Parameter, example_request
 
 LIMITS = RequestLimits(max_batch_size=3, max_new_tokens=64)
 
@@ -264,3 +267,87 @@ SIXTEEN_STOPS = [f"stop {n}" for n in range(16)]
 def test_exactly_16_stop_strings_are_accepted(parameters):
     request = parse_request(_body({"inputs": "hi", "parameters": parameters}), LIMITS)
     assert request.parameters.stop == tuple(SIXTEEN_STOPS)
+
+
+# --- every row of request_schema.PARAMETERS, parsed as the row declares it (generated from the table itself) --------
+
+ROOMY = RequestLimits(max_batch_size=3, max_new_tokens=2**31)  # no cap in the way of a row's own range
+BOUNDED = [row for row in PARAMETERS if row.minimum is not None or row.maximum is not None]
+
+
+def _parameters(parameters: dict) -> GenerationParameters:
+    return parse_request(json.dumps({"inputs": "hi", "parameters": parameters}), ROOMY).parameters
+
+
+def _refusal(parameters: dict) -> RequestError:
+    with pytest.raises(RequestError) as error:
+        parse_request(json.dumps({"inputs": "hi", "parameters": parameters}), ROOMY)
+    return error.value
+
+
+def _step(row: Parameter, bound: float, direction: float) -> float:
+    """The next value from `bound` towards `direction`: the nearest integer, or the nearest float."""
+    if row.kind == "integer":
+        return bound + (1 if direction > 0 else -1)
+    return math.nextafter(bound, direction)
+
+
+def _edges(row: Parameter) -> list[tuple[float, bool]]:
+    """(value, accepted) at each end of the row's range: the last value in, the first value out."""
+    edges = []
+    if row.minimum is not None:
+        inside = _step(row, row.minimum, math.inf) if row.exclusive_minimum else row.minimum
+        outside = row.minimum if row.exclusive_minimum else _step(row, row.minimum, -math.inf)
+        edges += [(inside, True), (outside, False)]
+    if row.maximum is not None:
+        inside = _step(row, row.maximum, -math.inf) if row.exclusive_maximum else row.maximum
+        outside = row.maximum if row.exclusive_maximum else _step(row, row.maximum, math.inf)
+        edges += [(inside, True), (outside, False)]
+    return edges
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "accepted"),
+    [(row.name, value, accepted) for row in BOUNDED for value, accepted in _edges(row)],
+)
+def test_each_declared_range_is_the_range_the_handler_checks(name, value, accepted):
+    row = ROWS[name]
+    if accepted:
+        _parameters({name: value})
+        return
+    error = _refusal({name: value})
+    assert (error.status, error.message) == (
+        row.out_of_range_status,
+        f"parameters.{name}={value} is out of range; expected {row.expected()}",
+    )
+
+
+@pytest.mark.parametrize("row", PARAMETERS, ids=PARAMETER_NAMES)
+def test_each_declared_type_is_the_type_the_handler_takes(row):
+    wrong = {"integer": "1", "number": "1", "boolean": 1, "strings": 1}[row.kind]
+    error = _refusal({row.name: wrong})
+    assert error.status == 400
+    assert error.message.startswith(f"parameters.{row.name} must be ")
+
+
+def test_the_declared_parameters_are_the_ones_the_handler_knows():
+    declared = set(PARAMETER_NAMES) - {"stop_sequences"}  # merged into `stop`
+    assert declared == {field.name for field in dataclasses.fields(GenerationParameters)}
+    assert _refusal({"nope": 1}).message.endswith(f"expected any of {', '.join(PARAMETER_NAMES)}")
+
+
+def test_the_declared_example_request_is_parsed_as_given():
+    request = parse_request(json.dumps(example_request()), ROOMY)
+    for name, value in example_request()["parameters"].items():
+        assert getattr(request.parameters, name) == (tuple(value) if isinstance(value, list) else value), name
+
+
+@pytest.mark.parametrize("row", BOUNDED, ids=[row.name for row in BOUNDED])
+def test_a_declared_sampling_parameter_turns_sampling_on_and_no_other_does(row):
+    lowest = next(value for value, accepted in _edges(row) if accepted)
+    assert _parameters({row.name: lowest}).do_sample is row.sampling
+
+
+@pytest.mark.parametrize("row", [row for row in PARAMETERS if row.default is not None], ids=lambda row: row.name)
+def test_a_declared_default_is_the_handler_s_default(row):
+    assert getattr(_parameters({}), row.name) == row.default

@@ -25,7 +25,7 @@ def test_a_long_list_of_additions_is_counted_past_the_first_few():
 
 def test_the_check_exits_0_when_nothing_would_change(monkeypatch, capsys):
     monkeypatch.setattr(check_upstream, "version_changes", lambda: [])
-    monkeypatch.setattr(check_upstream, "table_changes", lambda: {"stacks/catalog/dlc_registries.json": []})
+    monkeypatch.setattr(check_upstream, "table_changes", lambda: {"core/catalog/dlc_registries.json": []})
     monkeypatch.setattr(check_upstream, "newer_lmi_images", lambda: [])
     assert check_upstream.main() == 0
     assert "nothing to take" in capsys.readouterr().out
@@ -33,7 +33,7 @@ def test_the_check_exits_0_when_nothing_would_change(monkeypatch, capsys):
 
 def test_the_check_exits_1_with_the_change_and_the_commands_that_take_it(monkeypatch, capsys):
     monkeypatch.setattr(check_upstream, "version_changes", lambda: ["botocore 1.44.8 -> 1.44.18"])
-    monkeypatch.setattr(check_upstream, "table_changes", lambda: {"stacks/catalog/aws_api_limits.json": []})
+    monkeypatch.setattr(check_upstream, "table_changes", lambda: {"core/api_limits/aws_api_limits.json": []})
     monkeypatch.setattr(check_upstream, "newer_lmi_images", lambda: [])
     assert check_upstream.main() == 1
     out = capsys.readouterr().out
@@ -48,7 +48,7 @@ def test_the_lock_versions_are_read_from_the_committed_locks():
 def test_lmi_releases_the_sdk_lists_past_the_vllm_engines_are_listed(monkeypatch):
     import dataclasses
 
-    from stacks.catalog import images
+    from core.catalog import images
 
     older = dataclasses.replace(images.SERVING_IMAGES["vllm"], tag="0.36.0-lmi18.0.0-cu128")
     monkeypatch.setitem(images.SERVING_IMAGES, "vllm", older)

@@ -16,14 +16,14 @@ bitsandbytes 0.50.2): the SMP v1 stand-ins and stage_model.py (both run in the P
 SMP v2 library (torch.sagemaker: smp_standin_v2.py instead), QLoRA's 4-bit load (bitsandbytes needs CUDA: the test
 checks what reaches from_pretrained), NCCL (the DDP and FSDP runs use gloo on CPU).
 
-In both, the tests that read the CDK side (stacks/, pydantic, aws_cdk) stay in the dev suite (DEV_ONLY).
+In both, the tests that read the platform side (core/, infrastructure/, pydantic, aws_cdk) stay in the dev suite (DEV_ONLY).
 """
 
 # Test files of tests/training/ that run in the dev venv only, and why (tests/scripts/test_test_containers.py checks
 # that every test file is in a selection or here).
 DEV_ONLY = {
-    "tests/training/test_requirements_lock.py": "checks the jobs' lock against stacks/training_job.py",
-    "tests/training/test_stage_model_keys.py": "checks staged keys against stacks/catalog/models.py",
+    "tests/training/test_requirements_lock.py": "checks the jobs' lock against core/training_job.py",
+    "tests/training/test_stage_model_keys.py": "checks staged keys against core/catalog/models.py",
     "tests/training/test_evaluate_placement_synth.py": "checks Evaluate's placement against the synth-side sizing",
 }
 

@@ -3,7 +3,7 @@ else spread by accelerate over the instance's GPUs, layer by layer; refused befo
 hold it. The decisions are tested with the devices' budgets passed in (a meta-device model costs no memory); the
 spread path runs for real on CPU, spread over the CPU and the disk (what accelerate can dispatch to without GPUs),
 and gives the perplexity of the one-device path. Synth's rules for the spread are checked against these in
-test_evaluate_placement_synth.py (the dev suite only: it imports stacks/)."""
+test_evaluate_placement_synth.py (the dev suite only: it imports core/)."""
 
 from __future__ import annotations
 

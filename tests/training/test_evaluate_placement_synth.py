@@ -1,6 +1,6 @@
-"""Synth's rules for evaluate.py's placement (stacks/sizing.py, stacks/config/adapter_evaluation.py) against
+"""Synth's rules for evaluate.py's placement (core/sizing.py, core/config/lora_evaluation.py) against
 training/finetune/placement.py and accelerate's own placement at the smallest capacity synth accepts. They import
-stacks/, so they run in the dev suite only, apart from test_evaluate_placement.py, which also runs in the SMP v2
+core/, so they run in the dev suite only, apart from test_evaluate_placement.py, which also runs in the SMP v2
 image environment (tests/training/image_environments.py)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from test_evaluate_placement import llama_config, skeleton
 
 
 def test_each_gpu_keeps_synths_runtime_reserve() -> None:
-    from stacks import sizing
+    from core import sizing
 
     assert placement.RUNTIME_RESERVE_GIB == sizing.RUNTIME_OVERHEAD_GIB
     gib = 1024**3
@@ -31,7 +31,7 @@ def test_each_gpu_keeps_synths_runtime_reserve() -> None:
 )
 @pytest.mark.parametrize("gpus", [2, 3, 4, 8])
 def test_what_synth_accepts_spread_accelerate_places(shape, gpus) -> None:
-    from stacks.config.adapter_evaluation import spread_need, spread_room
+    from core.config.lora_evaluation import spread_need, spread_room
 
     model = skeleton(llama_config(layers=16, **shape))
     sizes = compute_module_sizes(model)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from stacks.training_job import TRAINING_REQUIREMENTS, pinned_version, read_requirements
+from core.training_job import TRAINING_REQUIREMENTS, pinned_version, read_requirements
 
 REPO = Path(__file__).resolve().parents[2]
 TRAINING = REPO / "training"
@@ -176,9 +176,9 @@ def test_what_the_lock_leaves_to_the_image_is_trusted_when_there_and_refused_whe
 
 def test_the_processing_steps_pip_command_refuses_unhashed_and_sdist_requirements_by_itself(monkeypatch, tmp_path):
     """The processing steps' own pip flags enforce hash checking and wheels only, whatever the file says."""
-    from stacks.catalog.images import processing_image
-    from stacks.config import TrainingConfig
-    from stacks.constructs.training_pipeline.definition import offline_session, processor
+    from core.catalog.images import processing_image
+    from core.config import TrainingConfig
+    from infrastructure.constructs.training_pipeline.offline_sdk import offline_session, processor
 
     with offline_session("us-east-1") as session:
         job = processor(

@@ -1,4 +1,4 @@
-"""stage_model.py's S3 keys against the ones the stacks read (stacks/catalog/models.py): a check of the CDK side,
+"""stage_model.py's S3 keys against the ones the stacks read (core/catalog/models.py): a check of the CDK side,
 so it runs in the dev suite only, apart from test_stage_model.py, which also runs in the image environments
 (tests/training/image_environments.py)."""
 
@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "training"))
 import stage_model
 from test_stage_model import MAIN
 
-from stacks.catalog.models import MODELS
+from core.catalog.models import MODELS
 
 
 def test_the_keys_are_the_ones_the_stacks_read():

@@ -9,7 +9,7 @@ from finetune.hyperparameters import parse_hyperparameters
 from finetune.layout import check_layout, parse_layout
 from finetune.memory import largest_fitting_batch
 
-# The 70B LoRA example's figures as synth passes them (hand-worked in tests/stacks/test_training_memory.py):
+# The 70B LoRA example's figures as synth passes them (hand-worked in tests/core/test_training_memory.py):
 # 25.914 GiB whatever the batch, 3.541 GiB per sequence, 36.0 GiB usable.
 SEVENTY_B = {"memory_fixed_gib": "25.9144", "memory_per_sequence_gib": "3.5405", "memory_usable_gib": "36.0"}
 

@@ -10,25 +10,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .architecture_records import load_records
+
 METHODS = ("full", "lora", "qlora")
 ADAPTER_METHODS = ("lora", "qlora")
 
-# The linear layers of each architecture's transformer block, by the attribute names PEFT matches on (the last part
-# of each module's name); the first tuple is the default: attention and MLP projections, as QLoRA (Dettmers et al.
-# 2023) found that adapting every linear layer is what matches full fine-tuning. Names from each transformers
-# modeling file: modeling_llama.py (LlamaAttention q/k/v/o_proj, LlamaMLP gate/up/down_proj), which Mistral and
-# Qwen2 copy; modeling_gptj.py (q/k/v/out_proj, fc_in/fc_out); modeling_gpt_neox.py and modeling_bloom.py
-# (query_key_value, dense, dense_h_to_4h, dense_4h_to_h); modeling_opt.py (q/k/v/out_proj, fc1/fc2).
-_LLAMA_LIKE = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-_FUSED_QKV = ("query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h")
+# The linear layers of each architecture's transformer block, by the attribute names PEFT matches on; the tuple is
+# the default a run adapts. Declared with their sources in core/catalog/architectures.py (lora_targets).
 LORA_TARGETS: dict[str, tuple[str, ...]] = {
-    "llama": _LLAMA_LIKE,
-    "mistral": _LLAMA_LIKE,
-    "qwen2": _LLAMA_LIKE,
-    "gptj": ("q_proj", "k_proj", "v_proj", "out_proj", "fc_in", "fc_out"),
-    "gpt_neox": _FUSED_QKV,
-    "bloom": _FUSED_QKV,
-    "opt": ("q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2"),
+    name: tuple(record["lora_targets"]) for name, record in load_records().items() if record["lora_targets"]
 }
 
 # QLoRA's recipe (the paper, and bitsandbytes' and transformers' quantization docs): 4-bit NormalFloat base weights,

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any, Callable
 
 from .adapters import adapter_backend_problem
+from .architecture_records import model_types_where
 from .errors import ConfigurationError
 from .hyperparameters import Hyperparameters, PlatformArguments
 from .memory import check_memory
@@ -65,14 +66,14 @@ SMP_V2_ONLY_KEYS = frozenset(
         "random_seed",
     }
 )
-# HF model types SMP v2 can tensor-parallelize (AWS doc "Tensor parallelism" for SMP v2). GPT-J is not among them.
-SMP_V2_TENSOR_PARALLEL_MODEL_TYPES = frozenset({"gpt_neox", "llama", "mistral", "mixtral"})
+# HF model types SMP v2 can tensor-parallelize: core/catalog/architectures.py (smp_v2_tensor_parallel), with its source.
+SMP_V2_TENSOR_PARALLEL_MODEL_TYPES = model_types_where("smp_v2_tensor_parallel")
 
 # SMP v1's own rules between its keys, as smp.init enforces them: setting a key to a non-default value requires the
 # other keys to have the given values (`requires` in smdistributed/modelparallel/backend/config.yaml and its checker
 # in backend/config.py; public copy of SMP 1.12.1, tkazusa/smdistributed_modelparallel@b5e06a8). Only the rules that
 # hold through SMP 1.15 (1.13 lifted "sharded data parallelism requires tensor_parallel_degree 1"). Checked at the
-# job's start and, through stacks/training_job.py, at synth: a config smp.init would refuse never reaches a p4d.
+# job's start and, through core/training_job.py, at synth: a config smp.init would refuse never reaches a p4d.
 # key: (its default, {other key: (the value it must have, that key's default)})
 SMP_V1_REQUIRES: dict[str, tuple[Any, dict[str, tuple[Any, Any]]]] = {
     "tensor_parallel_degree": (1, {"ddp": (True, False)}),
@@ -89,9 +90,8 @@ SMP_V1_REQUIRES: dict[str, tuple[Any, dict[str, tuple[Any, Any]]]] = {
 # The one home of this list: train.py checks the installed version against it, the CDK side the pinned one.
 SMP_V1_TENSOR_PARALLEL_TRANSFORMERS = ("4.17.0", "4.20.1", "4.21.0")
 # HF model types whose SMP v1 tensor-parallel module this pipeline translates back to HF names for the final model:
-# GPT-J, the reference job. SMP v1 also distributes GPT-2, GPT-Neo and GPT-NeoX, but not OPT or BLOOM, which it would
-# silently train without tensor parallelism.
-SMP_V1_TENSOR_PARALLEL_MODEL_TYPES = frozenset({"gptj"})
+# core/catalog/architectures.py (smp_v1_tensor_parallel), with its source.
+SMP_V1_TENSOR_PARALLEL_MODEL_TYPES = model_types_where("smp_v1_tensor_parallel")
 
 
 @dataclasses.dataclass(frozen=True)

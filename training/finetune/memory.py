@@ -1,8 +1,8 @@
 """The GPU memory rule a run's batch must satisfy, checked before anything is read or loaded.
 
 The memory a training step needs per GPU grows linearly with the batch: the weights, gradients, optimizer state and
-runtime do not depend on it, the activations and logits grow by the same amount per sequence (stacks/sizing.py and
-stacks/config/adapters.py, which estimate both at synth). train.py cannot import that code (it runs in the training
+runtime do not depend on it, the activations and logits grow by the same amount per sequence (core/sizing.py and
+core/config/lora_training.py, which estimate both at synth). train.py cannot import that code (it runs in the training
 images, without the CDK app), so synth passes the job the three figures of its stage as hyperparameters
 (--memory_fixed_gib, --memory_per_sequence_gib, --memory_usable_gib), and this module applies them to the batch the
 run actually asks for: TrainBatchSize is a pipeline parameter, and a run may raise it past what the stage was sized

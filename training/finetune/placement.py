@@ -12,7 +12,7 @@ that a model which would not fit is refused with its sizes instead of being sile
 weights transformers "offloads" what does not fit to the files themselves and reads them again at every forward.
 
 Each GPU's budget is its free memory less RUNTIME_RESERVE_GIB, the runtime allowance synth's sizing keeps per GPU
-(stacks/sizing.py RUNTIME_OVERHEAD_GIB; a test checks they agree).
+(core/sizing.py RUNTIME_OVERHEAD_GIB; a test checks they agree).
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def device_map(model: nn.Module, memory: dict[Device, int]) -> dict[str, Device]
             f"({_describe({d: memory[d] for d in devices})}; free memory less {RUNTIME_RESERVE_GIB} GiB each), even "
             f"spread over all of them: {', '.join(spilled[:3])}{' ...' if len(spilled) > 3 else ''} would not fit. "
             "Use an evaluate_instance_type with more GPU memory in all (synth names those that hold it: "
-            "stacks/config/adapter_evaluation.py)"
+            "core/config/lora_evaluation.py)"
         )
     return placement
 

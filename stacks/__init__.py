@@ -1,1 +1,0 @@
-"""The CDK side: typed config, catalogs, stages, stacks and the constructs they are built from."""
