@@ -152,7 +152,7 @@ class Model:
     # (Llama 3.1's rope_scaling); None: the architecture's min_transformers.
     config_min_transformers: str | None = None
     # The README's LoRA / QLoRA cell: where synth's sizing lets adapters train and be evaluated, as a reader needs it
-    # (`make synth` decides for a given config). Required: a new model's author states it, checked against synth.
+    # (`make synth` decides for a given config). Required: whoever adds a model states it, from what synth accepts.
     adapters_summary: str
 
     def __post_init__(self) -> None:
@@ -334,6 +334,24 @@ CURRENT_MODELS = (
         vocab_size=152064,
         license="apache-2.0",
         adapters_summary="yes / yes",
+    ),
+    Model(
+        name="qwen2.5-14b",
+        hf_id="Qwen/Qwen2.5-14B",
+        architecture="qwen2",
+        parameters=14_770_033_664,
+        layers=48,
+        hidden_size=5120,
+        attention_heads=40,
+        key_value_heads=8,
+        intermediate_size=13824,
+        context_tokens=32768,
+        vocab_size=152064,
+        # Figures: Qwen/Qwen2.5-14B's config.json (hidden_size 5120, 48 layers, 40 heads, 8 key/value heads,
+        # intermediate_size 13824, vocab_size 152064, untied embeddings); the card's 14.7B parameters.
+        license="apache-2.0",
+        adapters_summary="yes: on one 40 GB GPU or larger (g6e, p4d, p4de, p5) or sharded (g5.12xlarge, g6.12xlarge "
+        "and up) / yes",
     ),
     Model(
         name="qwen2.5-72b",
