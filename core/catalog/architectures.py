@@ -32,8 +32,9 @@ Sources of each fact, kept with the fact:
   check_meta_tensor_support).
 - `deepspeed_kernels_max_transformers`: deepspeed >= 0.16.3 raises for BLOOM kernel injection with transformers
   > 4.43.4 (BLOOM's modules changed there).
-- `min_transformers`: the first transformers release whose config class loads the model_type: llama 4.28.0, mistral
-  4.34.0, mixtral 4.36.0, qwen2 4.37.0; the older architectures load in every release the platform runs, from
+- `min_transformers`: the first transformers release whose config class loads the model_type, as its release notes
+  list the model among the "new model additions" (github.com/huggingface/transformers/releases): llama 4.28.0,
+  mistral 4.34.0, mixtral 4.36.0, qwen2 4.37.0; the older architectures load in every release the platform runs, from
   SMP v1's pinned 4.21.0 on, which is what they record. A model whose config needs more (Llama 3.1's rope_scaling)
   says so itself (Model.config_min_transformers).
 - `tiny_config`: local/tiny.py's small config of the real architecture (2 layers, hidden size 64, 4 heads), as

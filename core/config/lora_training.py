@@ -310,8 +310,15 @@ def _fitting_shard_degree(training: Any) -> int | None:
 
 
 def check(training: Any) -> None:
-    """What an adapter-method stage must satisfy; ValueError naming the field and the fix."""
-    model, instance, method = training.catalog_model, training.catalog_instance, training.method
+    """What an adapter-method stage must satisfy, in this order; ValueError naming the field and the fix."""
+    _check_target_modules(training)
+    _check_processes(training)
+    _check_precision(training)
+    _check_fits_gpus(training)
+
+
+def _check_target_modules(training: Any) -> None:
+    model, method = training.catalog_model, training.method
     try:
         resolve_target_modules(model.architecture, training.lora.target_modules)
     except ValueError as error:
@@ -321,6 +328,10 @@ def check(training: Any) -> None:
             f"training.method {method}: no LoRA layer map for {model.architecture} models ({training.model}); "
             f"supported: {', '.join(sorted(LORA_TARGETS))}"
         )
+
+
+def _check_processes(training: Any) -> None:
+    instance = training.catalog_instance
     if training.processes > instance.gpu_count:
         raise ValueError(
             f"processes_per_host {training.processes} is more than the {instance.gpu_count} GPU(s) of "
@@ -332,7 +343,12 @@ def check(training: Any) -> None:
             f"estimator's torch_distributed), which starts one process per GPU, {instance.gpu_count} on "
             f"{training.instance_type}; leave processes_per_host unset, or 1 on a single instance"
         )
-    if method == "qlora":
+
+
+def _check_precision(training: Any) -> None:
+    """QLoRA computes in bf16, which needs Ampere or newer GPUs for training and the Evaluate step."""
+    instance = training.catalog_instance
+    if training.method == "qlora":
         for field in ("instance_type", "evaluate_instance_type"):
             catalog = INSTANCE_TYPES[getattr(training, field)]
             if not catalog.gpu.bf16:
@@ -345,6 +361,11 @@ def check(training: Any) -> None:
             raise ValueError("precision: training.method qlora computes in bf16; set precision bf16")
     if training.precision == "bf16" and not instance.gpu.bf16:
         raise ValueError(f"precision bf16 needs A100/H100-class (Ampere or newer) GPUs; {instance.gpus} has none")
+
+
+def _check_fits_gpus(training: Any) -> None:
+    """The estimated GPU memory of the run against the GPUs, with the way out that fits."""
+    instance, method = training.catalog_instance, training.method
     fit = training_fit(training)
     if not fit.fits and training.shards_base:
         degree = shard_degree(training)
