@@ -18,6 +18,8 @@ CHECKPOINTS = "checkpoints/"  # training checkpoints, synced by SageMaker from /
 TRAINED = "trained/"  # fine-tuned weights, uncompressed, one prefix per training job
 # inside a served weights prefix: the inference handler, <weights>inference/<sha256>/ (infrastructure/code_archives.py)
 HANDLER_SUBFOLDER = "inference/"
+# where served weights prefixes are, each with a HANDLER_SUBFOLDER only the code-packaging function writes
+SERVED_WEIGHTS = (PRETRAINED, TRAINED)
 
 # artifacts bucket
 CODE = "code/"  # content-addressed code archives (training sourcedir, LMI model.tar.gz)

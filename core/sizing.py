@@ -295,8 +295,8 @@ def suggest_host_serving(
         host = serving_host_fit(model, dtype, tp, instance, engine=engine, checkpoint=checkpoint)
         if gpu.fits and host.fits:
             return (
-                f"serve its pre-sharded DeepSpeed checkpoint {checkpoint.hf_id} instead (weights: {{checkpoint: "
-                f"{checkpoint.name}, allow_pickle: true}}, tensor_parallel_degree {tp}): {host.describe()}"
+                f"serve its pre-sharded DeepSpeed checkpoint {checkpoint.hf_id} instead (weights: "
+                f"{_checkpoint_weights(checkpoint)}, tensor_parallel_degree {tp}): {host.describe()}"
             )
     cheapest = _cheapest_fitting(model, dtype, engine, batch_size=batch_size, tokens=tokens, check_host=True)
     if cheapest:
@@ -351,8 +351,8 @@ def suggest_serving(
         fit = serving_fit(model, "int8", tp, instance, batch_size=batch_size, tokens=tokens)
         if fit.fits:
             return (
-                f"dtype int8 from its pre-sharded checkpoint {checkpoint.hf_id} (weights: {{checkpoint: "
-                f"{checkpoint.name}, allow_pickle: true}}) with tensor_parallel_degree {tp} fits on {instance.name}: "
+                f"dtype int8 from its pre-sharded checkpoint {checkpoint.hf_id} (weights: "
+                f"{_checkpoint_weights(checkpoint)}) with tensor_parallel_degree {tp} fits on {instance.name}: "
                 f"{fit.describe()}"
             )
     cheapest = _cheapest_fitting(model, dtype, engine, batch_size=batch_size, tokens=tokens)
@@ -453,3 +453,10 @@ def training_fit(
         whole_gib=whole / GIB,
         whole="embedding and LM head" if whole_parameters else "",
     )
+
+
+def _checkpoint_weights(checkpoint: DeepSpeedCheckpoint) -> str:
+    """The `weights` that serve a pre-sharded checkpoint: its pickles are accepted only at a pinned commit, the
+    catalog's or one the operator reviewed."""
+    pin = "" if checkpoint.revision else ", revision: <the 40-hex commit you reviewed>"
+    return f"{{checkpoint: {checkpoint.name}, allow_pickle: true{pin}}}"

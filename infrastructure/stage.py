@@ -85,6 +85,7 @@ class PlatformStage(Stage):
             synthesizer=deploy_synthesizer(stage.region),
             stage=stage,
             key_user_role_path=stage_names.role_path,
+            endpoint_name=stage_names.endpoint,
             training_images=[
                 images.training_image(stage.region, stage.training.smp.version),
                 images.processing_image(stage.region, stage.training.processing_instance_type),

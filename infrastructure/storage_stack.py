@@ -14,10 +14,13 @@ from constructs import Construct
 
 from core import bucket_layout
 from core.config import StageConfig
+from core.naming import component_name
 from infrastructure import compliance
 from infrastructure.constructs import key_policy
+from infrastructure.constructs.code_package import ROLE_SUBPATH
 from infrastructure.constructs.execution_role import SageMakerExecutionRole
 from infrastructure.constructs.secure_bucket import secure_bucket
+from infrastructure.pass_role_guard import pass_role_guard, stage_role_pattern
 
 # Server access logs are kept this long: long enough for a security investigation, not forever.
 ACCESS_LOG_RETENTION = Duration.days(365)
@@ -35,6 +38,7 @@ class StorageStack(Stack):
             config how long captured requests are kept).
         key_user_role_path: IAM path of the roles the stage's other stacks create; they may use the key, as far as
             their own policies allow.
+        endpoint_name: the stage's endpoint (core/naming.py): the hosting role writes its log groups.
         training_images: container images training and processing jobs run; the training role may pull only these.
         serving_images: container images endpoints run; the hosting role may pull only these.
         staging_images: container images the weights-staging jobs run; the staging role may pull only these.
@@ -47,6 +51,7 @@ class StorageStack(Stack):
         *,
         stage: StageConfig,
         key_user_role_path: str,
+        endpoint_name: str,
         training_images: list[str],
         serving_images: list[str],
         staging_images: list[str],
@@ -61,17 +66,17 @@ class StorageStack(Stack):
         # Of pretrained/, only the prefixes of the repositories this stage stages (StagedWeights: the staging jobs
         # write them, training reads its own).
         staged = sorted({w.prefix for w in (stage.training.staged_weights, stage.serving.staged_weights) if w})
-        # The weights-staging jobs write pretrained/. A stage with a Hugging Face token (gated models) runs them with a
-        # role of their own, the only one that may read the token and write pretrained/; otherwise the training role
-        # runs them.
-        token_secret = stage.huggingface_token_secret
-        self.training_role = self._training_role(staged, writes_staged=token_secret is None, images=training_images)
-        self.staging_role = self.training_role if token_secret is None else self._staging_role(staged, staging_images)
-        self.huggingface_token = self._huggingface_token(token_secret, removal)
-        self.hosting_role = self._hosting_role(stage, serving_images)
+        # The weights-staging jobs write pretrained/, with a role of their own: the only one that may write there
+        # (the models bucket's policy) and read the Hugging Face token, when the stage has one (gated models). The
+        # training role, which runs the fine-tuning code on the weights, only reads them.
+        self.training_role = self._training_role(staged, images=training_images)
+        self.staging_role = self._staging_role(staged, staging_images)
+        self.huggingface_token = self._huggingface_token(stage.huggingface_token_secret, removal)
+        self.hosting_role = self._hosting_role(stage, serving_images, endpoint_name)
 
         self._key_users(key_user_role_path)
-        self._outputs()
+        self._protect_served_code_and_weights(key_user_role_path)
+        self._outputs(key_user_role_path)
 
     def _stage_key(self, removal: RemovalPolicy) -> kms.Key:
         """One customer-managed key for everything the stage stores, rotated yearly by KMS. Its policy lets the
@@ -174,21 +179,22 @@ class StorageStack(Stack):
             **buckets,
         )
 
-    def _training_role(self, staged: list[str], *, writes_staged: bool, images: list[str]) -> SageMakerExecutionRole:
+    def _training_role(self, staged: list[str], *, images: list[str]) -> SageMakerExecutionRole:
         """The training and processing jobs' role: read raw data and code, prepare and evaluate data, read pretrained
-        weights, write checkpoints (SageMaker syncs deletions) and the fine-tuned weights; and write the staged
-        repositories when no staging role of their own does (`writes_staged`)."""
+        weights, write checkpoints (SageMaker syncs deletions) and the fine-tuned weights. Never pretrained/: the
+        staging role writes it."""
         role = SageMakerExecutionRole(
             self,
             "TrainingRole",
             description="Runs the fine-tuning pipeline's processing and training jobs",
             log_groups=["/aws/sagemaker/TrainingJobs", "/aws/sagemaker/ProcessingJobs"],
             metric_namespaces=["/aws/sagemaker/TrainingJobs", "/aws/sagemaker/ProcessingJobs"],
+            job_types=("training-job", "processing-job"),
         )
         role.allow_read(self.data_bucket, bucket_layout.RAW_DATA, bucket_layout.PREPARED_DATA, bucket_layout.EVALUATION)
         role.allow_write(self.data_bucket, bucket_layout.PREPARED_DATA, bucket_layout.EVALUATION)
         role.allow_read(self.models_bucket, *staged, bucket_layout.CHECKPOINTS, bucket_layout.TRAINED)
-        role.allow_write(self.models_bucket, *(staged if writes_staged else ()), bucket_layout.TRAINED)
+        role.allow_write(self.models_bucket, bucket_layout.TRAINED)
         role.allow_write(self.models_bucket, bucket_layout.CHECKPOINTS, delete=True)
         role.allow_read(self.artifacts_bucket, bucket_layout.CODE)
         role.allow_key(self.key, encrypt=True)
@@ -196,14 +202,19 @@ class StorageStack(Stack):
         role.allow_pull(*images)
         return role
 
-    def _hosting_role(self, stage: StageConfig, images: list[str]) -> SageMakerExecutionRole:
+    def _hosting_role(self, stage: StageConfig, images: list[str], endpoint_name: str) -> SageMakerExecutionRole:
         """The endpoints' role: read the weights and the inference code, write captured requests when data capture
-        is on."""
+        is on, and the containers' logs: SageMaker writes them as this role into one log group per endpoint and per
+        inference component (docs.aws.amazon.com/sagemaker/latest/dg/logging-cloudwatch.html:
+        /aws/sagemaker/Endpoints/[EndpointName]), which the serving stack creates with the stage's retention."""
         role = SageMakerExecutionRole(
             self,
             "HostingRole",
             description="Runs the LMI inference endpoints",
-            log_groups=["/aws/sagemaker/Endpoints"],
+            log_groups=[
+                f"/aws/sagemaker/Endpoints/{endpoint_name}",
+                f"/aws/sagemaker/InferenceComponents/{component_name(endpoint_name, '*')}",
+            ],
             metric_namespaces=["/aws/sagemaker/Endpoints"],
         )
         # Staged weights: only what the endpoint serves (a pinned commit's files, or every commit of the repository
@@ -224,7 +235,7 @@ class StorageStack(Stack):
             [
                 self.training_role.role.role_arn,
                 self.hosting_role.role.role_arn,
-                *([self.staging_role.role.role_arn] if self.staging_role is not self.training_role else []),
+                self.staging_role.role.role_arn,
                 # The training and serving stacks' roles (the pipelines' role, the code-packaging handlers), by path.
                 self.format_arn(service="iam", region="", resource="role", resource_name=f"{role_path.strip('/')}/*"),
             ],
@@ -242,6 +253,44 @@ class StorageStack(Stack):
             conditions={"StringEquals": {"kms:ViaService": f"lambda.{self.region}.{self.url_suffix}"}},
         )
 
+    def _protect_served_code_and_weights(self, role_path: str) -> None:
+        """Explicit denies in the models bucket's policy, which no IAM allow of this account overrides:
+
+        - A handler folder (`<served weights>inference/...`, under pretrained/ or trained/) is written by the
+          code-packaging functions only (roles under `<role path>code-packaging/`, CodePackage): the endpoint runs
+          the model.py there (OPTION_ENTRYPOINT) with every prompt, so no job, and no person, may put one.
+        - pretrained/ (each commit's files, its record `<commit>.json`, and `main.json`, which names the commit the
+          next deploy serves) is written by the staging role only, besides the handler folders above.
+
+        aws:PrincipalArn is the role's ARN, not the session's, for whoever assumed it; the packaging roles are named
+        by path, since CloudFormation names them in stacks deployed after this one."""
+        packaging = self.format_arn(
+            service="iam", region="", resource="role", resource_name=f"{role_path.strip('/')}/{ROLE_SUBPATH}*"
+        )
+        handler_folders = [
+            self.models_bucket.arn_for_objects(f"{prefix}*/{bucket_layout.HANDLER_SUBFOLDER}*")
+            for prefix in bucket_layout.SERVED_WEIGHTS
+        ]
+        for sid, resources, writers in (
+            ("OnlyCodePackagingWritesHandlers", handler_folders, [packaging]),
+            (
+                "OnlyStagingWritesPretrained",
+                [self.models_bucket.arn_for_objects(f"{bucket_layout.PRETRAINED}*")],
+                [self.staging_role.role.role_arn, packaging],
+            ),
+        ):
+            self.models_bucket.add_to_resource_policy(
+                iam.PolicyStatement(
+                    sid=sid,
+                    effect=iam.Effect.DENY,
+                    principals=[iam.AnyPrincipal()],
+                    # PutObject also authorizes CopyObject's target and completing a multipart upload.
+                    actions=["s3:PutObject"],
+                    resources=resources,
+                    conditions={"ArnNotLike": {"aws:PrincipalArn": writers}},
+                )
+            )
+
     def _staging_role(self, staged: list[str], images: list[str]) -> SageMakerExecutionRole:
         """The weights-staging jobs' own role: write the staged repositories' prefixes, read the code, use the key."""
         role = SageMakerExecutionRole(
@@ -250,6 +299,7 @@ class StorageStack(Stack):
             description="Runs the weights-staging jobs: copies Hugging Face repositories into pretrained/",
             log_groups=["/aws/sagemaker/ProcessingJobs"],
             metric_namespaces=["/aws/sagemaker/ProcessingJobs"],
+            job_types=("processing-job",),
         )
         role.allow_read(self.models_bucket, *staged)
         role.allow_write(self.models_bucket, *staged)
@@ -355,8 +405,9 @@ class StorageStack(Stack):
             template = template.replace(placeholder, value)
         return template
 
-    def _outputs(self) -> None:
-        """Names people and scripts need (uploading data, starting runs); later stacks get the objects instead."""
+    def _outputs(self, role_path: str) -> None:
+        """Names people and scripts need (uploading data, starting runs), and the SCP that guards the job roles;
+        later stacks get the objects instead."""
         for name, value in {
             "DataBucketName": self.data_bucket.bucket_name,
             "ModelsBucketName": self.models_bucket.bucket_name,
@@ -364,10 +415,15 @@ class StorageStack(Stack):
             "KeyArn": self.key.key_arn,
             "TrainingRoleArn": self.training_role.role.role_arn,
             "HostingRoleArn": self.hosting_role.role.role_arn,
-            **(
-                {"StagingRoleArn": self.staging_role.role.role_arn}
-                if self.staging_role is not self.training_role
-                else {}
-            ),
+            "StagingRoleArn": self.staging_role.role.role_arn,
+            "PassRoleGuardPolicy": self._pass_role_guard(role_path),
         }.items():
             CfnOutput(self, name, value=value)
+
+    def _pass_role_guard(self, role_path: str) -> str:
+        """The SCP that keeps the job roles to the platform (pass_role_guard.py), for the account owner to attach."""
+        return pass_role_guard(
+            job_role_arns=[role.role.role_arn for role in (self.training_role, self.staging_role, self.hosting_role)],
+            stage_role_arns=stage_role_pattern(self, role_path),
+            cloudformation_role_arn=self._bootstrap_role(DefaultStackSynthesizer.DEFAULT_CLOUDFORMATION_ROLE_ARN),
+        )

@@ -60,8 +60,10 @@ class TrainingStack(Stack):
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
-        # The jobs' code, and the handler a registered package's weights carry (engine deepspeed; registration.py):
-        # published once per content in the artifacts bucket, where the Evaluate job copies it from.
+        # The jobs' code, and the handler a registered package names (engine deepspeed; registration.py): published
+        # once per content in the artifacts bucket, which gives its folder's name (inference/<sha256>/) to the
+        # package's OPTION_ENTRYPOINT. No job copies it into the weights: the serving stack's code-packaging function
+        # writes the same folder there when it deploys the package, and nothing else may (storage_stack.py).
         self.training_code = code_archives.training_code(self, bucket=artifacts_bucket, encryption_key=encryption_key)
         self.registry_handler = (
             self._registry_handler(serving, artifacts_bucket, encryption_key)
@@ -95,7 +97,7 @@ class TrainingStack(Stack):
     def _registry_handler(
         self, serving: ServingConfig, artifacts_bucket: s3.IBucket, encryption_key: kms.IKey
     ) -> code_archives.CodeFolder | None:
-        """The handler a registered package's weights carry, published under registration.HANDLER_PREFIX."""
+        """The handler a registered package names, published under registration.HANDLER_PREFIX."""
         return code_archives.served_handler(
             self,
             "RegistryHandler",

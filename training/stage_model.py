@@ -8,8 +8,9 @@
 
 What it writes under the destination prefix, in this order:
 
-    <commit>/...      the files, all from exactly that commit
-    <commit>.json     the commit's record, once every file is there
+    <commit>/...      the files, all from exactly that commit, each checked against the hub's own hash first
+    <commit>/.staged-sha256.json   every file's sha256 (finetune/staged.py), for the readers to check what they load
+    <commit>.json     the commit's record (with the same sha256s), once every file is there
     main.json         only when following a branch (--revision main): the same record, naming the commit main had
 
 The revision is resolved to its commit first, and the download asks for that commit, so a push to the branch
@@ -18,6 +19,12 @@ lets anyone create (refs/pr/<n> serves a pull request's files). Readers read a r
 stack deploys, the training pipeline when it runs) and then only that commit's prefix: a staging that stopped half-way
 has no record and is never read, and staging another commit never touches the files of one already served. A commit
 whose record exists is not downloaded again.
+
+Every downloaded file is checked against the hub's metadata of that commit (model_info(files_metadata=True)): an LFS
+file's bytes against its sha256 (siblings[].lfs.sha256), a small file's against its git blob id (siblings[].blob_id,
+the sha1 of `git hash-object`). A file that differs, or that the metadata does not describe, fails the job before
+anything is uploaded. The sha256 of each file then goes into the manifest inside the staged folder and into the record:
+the training jobs and the endpoint check the pickles they load against it (finetune/staged.py, lmi_folder_check.py).
 
 Only what loading needs is copied: the configs, the tokenizer files and safetensors weights, never the Flax,
 TensorFlow or ONNX copies. PyTorch pickles (pytorch_model*.bin, a DeepSpeed checkpoint's .pt shards) can run code when
@@ -48,13 +55,12 @@ from pathlib import Path
 from typing import NamedTuple
 
 from finetune.compatibility import REMEDY, Version, folder_problems, parse_readers
+from finetune.staged import MANIFEST, PICKLE_SUFFIXES, git_blob_sha1, manifest, sha256_file
 from huggingface_hub.utils import filter_repo_objects
 
 CONFIG_PATTERNS = ["*.json", "*.txt", "*.model", "*.tiktoken"]  # configs, tokenizer, vocab and merges
 SAFETENSORS = "*.safetensors"
 PYTORCH_BIN = "pytorch_model*.bin"
-# torch.save's formats: unpickling one runs whatever code it names.
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
 # The handler loads a folder through DeepSpeed's checkpoint description whenever it holds this file.
 DS_DESCRIPTION = "ds_inference_config.json"
 # DeepSpeed's dtype names in the description (torch's) -> the platform's.
@@ -235,11 +241,12 @@ def stage(
     files = hub.list_repo_files(model_id, revision=revision, token=token)
     if "config.json" not in files:
         raise StagingError(f"{where} has no config.json at its top level; is it a model repository?")
-    ignore: list[str] = []
+    # The manifest is the staging's own, written after the download: never a file of the repository.
+    ignore: list[str] = [MANIFEST]
     if deepspeed is None:
         # A description copied without its shards would send the handler after files that are not there.
         patterns = CONFIG_PATTERNS + weight_patterns(files, allow_pickle=allow_pickle, where=where)
-        ignore = [DS_DESCRIPTION]
+        ignore.append(DS_DESCRIPTION)
     else:
         if DS_DESCRIPTION not in files:
             raise StagingError(
@@ -264,7 +271,7 @@ def stage(
         revision=revision,
         local_dir=str(output_dir),
         allow_patterns=patterns,
-        ignore_patterns=ignore or None,
+        ignore_patterns=ignore,
         token=token,
     )
     # The hub client keeps download metadata in <local_dir>/.cache; it is not part of the model.
@@ -282,6 +289,44 @@ def stage(
     total = sum(p.stat().st_size for p in staged)
     print(f"stage_model: {len(staged)} files, {total / 2**30:.2f} GiB in {output_dir}", flush=True)
     return staged
+
+
+def hub_hashes(hub, model_id: str, commit: str, token: str | None = None) -> dict[str, tuple[str, str]]:
+    """What the hub says each file of `commit` is: path -> ("sha256", hex) for an LFS file (siblings[].lfs.sha256),
+    ("git-sha1", hex) for a file git stores itself (siblings[].blob_id, its git object id). huggingface_hub's
+    ModelInfo/RepoSibling/BlobLfsInfo, filled only with files_metadata=True."""
+    info = hub.model_info(model_id, revision=commit, files_metadata=True, token=token)
+    if info.sha != commit:
+        raise StagingError(f"the hub's file metadata of {model_id}@{commit} is of commit {info.sha}")
+    hashes = {}
+    for sibling in info.siblings or []:
+        lfs = sibling.lfs
+        sha256 = lfs.get("sha256") if isinstance(lfs, dict) else getattr(lfs, "sha256", None)
+        if sha256:
+            hashes[sibling.rfilename] = ("sha256", sha256)
+        elif sibling.blob_id:
+            hashes[sibling.rfilename] = ("git-sha1", sibling.blob_id)
+    return hashes
+
+
+def check_hashes(output_dir: Path, files: list[Path], expected: dict[str, tuple[str, str]], where: str) -> dict:
+    """The sha256 of each downloaded file, once its bytes are the ones the hub describes; a StagingError naming the
+    first that differs or that the hub does not describe (nothing is uploaded then)."""
+    hashes = {}
+    for path in sorted(files):
+        name = path.relative_to(output_dir).as_posix()
+        if name not in expected:
+            raise StagingError(f"{where}: the hub's file metadata has no hash of {name}: cannot check the download")
+        kind, value = expected[name]
+        sha256 = sha256_file(path)
+        actual = sha256 if kind == "sha256" else git_blob_sha1(path)
+        if actual != value.lower():
+            raise StagingError(
+                f"{where}: the downloaded {name} has {kind} {actual}, but the hub records {value} for that commit: "
+                "the download was altered or damaged; nothing was uploaded, run the staging again"
+            )
+        hashes[name] = sha256
+    return hashes
 
 
 # --- into the models bucket --------------------------------------------------------------------------------------
@@ -344,6 +389,12 @@ def run(
     """Stage `model_id` at the commit `revision` names into `destination` (s3://bucket/prefix/); return its record.
     `token` (read from `token_source`, named in messages) is what a gated repository needs."""
     bucket, prefix = parse_destination(destination)
+    if allow_pickle and not COMMIT.fullmatch(revision):
+        # The config refuses this already (core/catalog/models.py unpinned_pickles); a net under it.
+        raise StagingError(
+            f"--allow_pickle with --revision {revision!r}: pickles run code when they are loaded, so they are staged "
+            f"only from a pinned 40-hex commit, never from whatever a branch names now; pin one ({PIPELINE_HINT})"
+        )
     commit = resolve(hub, model_id, revision, token, token_source)
     keys = Keys.of(prefix, commit, revision)
     record = read_record(s3, bucket, keys.record)
@@ -363,17 +414,24 @@ def run(
             token=token,
             readers=readers,
         )
+        where = f"{model_id}@{commit}"
+        hashes = check_hashes(output_dir, files, hub_hashes(hub, model_id, commit, token), where)
         sizes = {}
         for path in sorted(files):
             name = path.relative_to(output_dir).as_posix()
             s3.upload_file(str(path), bucket, keys.files + name)
             sizes[name] = path.stat().st_size
+        # Inside the folder, after the files and before the record: the readers receive the folder, not the record.
+        (output_dir / MANIFEST).write_text(json.dumps(manifest(model_id, commit, sizes, hashes), indent=1))
+        s3.upload_file(str(output_dir / MANIFEST), bucket, keys.files + MANIFEST)
         record = {
             "model_id": model_id,
             "revision": revision,
             "commit": commit,
             "weights": "pickle" if any(is_pickle(name) for name in sizes) else "safetensors",
             "files": sizes,
+            "sha256": hashes,
+            "manifest": MANIFEST,
             "staged_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         }
         write_record(s3, bucket, keys.record, record)

@@ -53,6 +53,16 @@ def check_commit(revision: str) -> str:
     return revision
 
 
+def unpinned_pickles(hf_id: str, field: str) -> str:
+    """Why pickles are accepted only from a pinned commit, and the config key that pins one."""
+    return (
+        f"pickles are accepted from {hf_id} without a pinned commit: each staging would copy whatever commit "
+        f"{FOLLOWED_BRANCH} has then, and a pickle from a changed or hijacked repository runs its code in the jobs and "
+        f"on the endpoint (torch.load's weights_only is no boundary before torch 2.6, CVE-2025-32434); set {field} to "
+        "the 40-hex commit you reviewed"
+    )
+
+
 @dataclass(frozen=True)
 class DeepSpeedCheckpoint:
     """A pre-sharded DeepSpeed inference checkpoint of a model: `ds_inference_config.json` at the top of the
@@ -97,6 +107,8 @@ class StagedWeights:
             raise ValueError(f"{self.hf_id}: revision {self.revision!r} is not a full 40-hex commit")
         if self.deepspeed is not None and self.deepspeed.pickled and not self.allow_pickle:
             raise ValueError(f"{self.hf_id}: the shards of {self.deepspeed.name} are PyTorch pickles")
+        if self.allow_pickle and self.revision is None:
+            raise ValueError(unpinned_pickles(self.hf_id, "its revision"))
 
     @property
     def pinned(self) -> bool:

@@ -16,6 +16,7 @@ from core.catalog.models import (
     DeepSpeedCheckpoint,
     StagedWeights,
     check_commit,
+    unpinned_pickles,
 )
 from core.config import components, lora_serving
 from core.config.components import AutoscalingConfig, ComponentConfig
@@ -72,7 +73,8 @@ class WeightsConfig(StrictModel):
         default=False,
         description="accept PyTorch pickle weights (pytorch_model*.bin, a DeepSpeed checkpoint's .pt shards), which "
         "run code when loaded: staged only when the repository has no safetensors, under pretrained/<model>-pickle/. "
-        "Required with a checkpoint: DeepSpeed's pre-sharded checkpoints are pickles",
+        "Required with a checkpoint: DeepSpeed's pre-sharded checkpoints are pickles. With source 'pretrained', "
+        "only from a pinned commit: revision, or the catalog's commit of the checkpoint",
     )
 
     @model_validator(mode="after")
@@ -341,6 +343,7 @@ class ServingConfig(StrictModel):
             self._check_int8_checkpoint,
             self._check_volume_size_supported,
             self._check_checkpoint,
+            self._check_pickles_pinned,
             self._check_fits_gpu_memory,
             self._check_fits_host_memory,
             self._check_room_for_prompt,
@@ -510,6 +513,16 @@ class ServingConfig(StrictModel):
                 f"re-split its stored shards at load, which the checkpoint was not made for; use "
                 f"tensor_parallel_degree {checkpoint.tensor_parallel_degree}, or drop checkpoint"
             )
+
+    def _check_pickles_pinned(self) -> None:
+        """Pickles are staged only from one reviewed commit: weights.revision, or the catalog's commit of the
+        checkpoint (a branch's next commit could run any code on the endpoint)."""
+        weights, checkpoint = self.weights, self.checkpoint
+        if weights.source != "pretrained" or not weights.allow_pickle:
+            return
+        if weights.revision is None and (checkpoint is None or checkpoint.revision is None):
+            hf_id = self.catalog_model.hf_id if checkpoint is None else checkpoint.hf_id
+            raise ValueError("weights.allow_pickle: " + unpinned_pickles(hf_id, "weights.revision"))
 
     @model_validator(mode="after")
     def _check_components(self) -> ServingConfig:

@@ -9,7 +9,7 @@ from pydantic import AfterValidator, Field, StringConstraints, model_validator
 from core import api_limits, sizing, training_job
 from core.catalog import images
 from core.catalog.instances import INSTANCE_TYPES
-from core.catalog.models import FOLLOWED_BRANCH, MODELS, StagedWeights, check_commit
+from core.catalog.models import FOLLOWED_BRANCH, MODELS, StagedWeights, check_commit, unpinned_pickles
 from core.config import lora_evaluation, lora_training
 from core.config.fields import InstanceTypeName, ModelName, StrictModel, VpcConfig
 
@@ -69,7 +69,8 @@ class PretrainedConfig(StrictModel):
     allow_pickle: bool = Field(
         default=False,
         description="accept PyTorch pickle weights (pytorch_model*.bin), which run code when loaded, when the "
-        "repository has no safetensors (staged under pretrained/<model>-pickle/)",
+        "repository has no safetensors (staged under pretrained/<model>-pickle/). Requires revision: pickles come "
+        "only from a pinned commit",
     )
 
 
@@ -129,6 +130,14 @@ class TrainingConfig(StrictModel):
     @property
     def catalog_model(self):
         return MODELS[self.model]
+
+    @model_validator(mode="after")
+    def _pickles_from_a_pinned_commit(self) -> TrainingConfig:
+        if self.pretrained.allow_pickle and self.pretrained.revision is None:
+            raise ValueError(
+                "pretrained.allow_pickle: " + unpinned_pickles(self.catalog_model.hf_id, "training.pretrained.revision")
+            )
+        return self
 
     @property
     def staged_weights(self) -> StagedWeights:

@@ -34,6 +34,9 @@ class SageMakerExecutionRole(Construct):
         description: what runs with this role; shown in the IAM console.
         log_groups: CloudWatch log group names the jobs write to (e.g. /aws/sagemaker/TrainingJobs).
         metric_namespaces: CloudWatch namespaces the jobs publish to (e.g. /aws/sagemaker/TrainingJobs).
+        job_types: the kinds of SageMaker job that may assume the role (training-job, processing-job): SageMaker
+            names the job in aws:SourceArn when it assumes the role for one, so a training role cannot be used by
+            a notebook, an endpoint or another kind of job. Empty: any SageMaker resource of this account.
     """
 
     def __init__(
@@ -44,6 +47,7 @@ class SageMakerExecutionRole(Construct):
         description: str,
         log_groups: list[str],
         metric_namespaces: list[str],
+        job_types: tuple[str, ...] = (),
     ) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
@@ -51,10 +55,7 @@ class SageMakerExecutionRole(Construct):
             self,
             "Role",
             description=description,
-            # Confused-deputy guard: only SageMaker acting for this account may assume the role.
-            assumed_by=iam.ServicePrincipal(
-                "sagemaker.amazonaws.com", conditions={"StringEquals": {"aws:SourceAccount": stack.account}}
-            ),
+            assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com", conditions=_trust_conditions(stack, job_types)),
         )
         self._statement(
             "WriteLogs",
@@ -70,7 +71,7 @@ class SageMakerExecutionRole(Construct):
             ],
             reason="SageMaker creates one log stream per job or instance inside these log groups; stream names are "
             "only known at run time",
-            wildcard=r"Resource::arn:[^:]+:logs:[^:]+:.+:log-group:/aws/sagemaker/[A-Za-z]+:\*",
+            wildcard=r"Resource::arn:[^:]+:logs:[^:]+:.+:log-group:/aws/sagemaker/[A-Za-z]+(/[A-Za-z0-9-]+\*?)?:\*",
         )
         self._statement(
             "PublishMetrics",
@@ -311,3 +312,14 @@ def event_rule_role(scope: Construct, construct_id: str, *, rule_name: str, desc
             },
         ),
     )
+
+
+def _trust_conditions(stack: Stack, job_types: tuple[str, ...]) -> dict:
+    """Confused-deputy guard: only SageMaker acting for this account may assume the role, and, for job roles, only
+    for a job of the named kinds (docs.aws.amazon.com/sagemaker/latest/dg/security-confused-deputy-prevention.html:
+    `"aws:SourceArn": "arn:aws:sagemaker:us-west-2:123456789012:training-job/*"` in the execution role's trust)."""
+    conditions: dict = {"StringEquals": {"aws:SourceAccount": stack.account}}
+    if job_types:
+        jobs = [stack.format_arn(service="sagemaker", resource=job, resource_name="*") for job in job_types]
+        conditions["ArnLike"] = {"aws:SourceArn": jobs}
+    return conditions

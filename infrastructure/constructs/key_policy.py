@@ -6,11 +6,20 @@ data. Here the account principal keeps the actions of AWS's key-administrators s
 the account can never lock itself out of its key, and CloudFormation can update, rotate, tag and delete it), and the
 cryptographic actions go to named principals only, statement by statement.
 
+Grants are use: a grant can give its grantee kms:Decrypt. The default statement's `kms:Create*` includes
+kms:CreateGrant, so any principal of the account whose IAM policy allows CreateGrant (PowerUserAccess does) could grant
+itself Decrypt and read what the key protects. Here the administrators get CreateAlias instead of Create*, and the
+account may create grants only for AWS resources (kms:GrantIsForAWSResource: an AWS service integrated with KMS asks
+for the grant on the caller's behalf, as SageMaker does for an endpoint's or a job's volume and Lambda for a
+function's environment), still as far as the caller's own IAM policy allows.
+
 AWS KMS Developer Guide, "Default key policy" (key-policy-default.html): the account principal statement prevents
 the key becoming unmanageable; the key administrators statement lists the actions below; "Because key administrators
 have permission to change the key policy and create grants, they can give themselves and others AWS KMS permissions
 not specified in this policy": administration stays with the account's administrators, whose changes CloudTrail
-records (PutKeyPolicy, CreateGrant), while use needs a statement of its own.
+records (PutKeyPolicy), while use needs a statement of its own. PutKeyPolicy stays theirs (the guard against a key
+nobody can manage): an administrator can still rewrite the policy to read with the key, but only by a policy change,
+visible in the template's drift and in CloudTrail, not by a grant that the key policy never shows.
 """
 
 from __future__ import annotations
@@ -22,10 +31,12 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
-# The key administrators statement of AWS's default key policy, verbatim (key-policy-default.html). No Encrypt,
-# Decrypt, ReEncrypt or GenerateDataKey: the account administers the key, it does not read what the key protects.
+# The key administrators statement of AWS's default key policy (key-policy-default.html), with kms:CreateAlias for
+# its kms:Create* (which on a key means CreateAlias and CreateGrant; CreateKey is not a key's action). No Encrypt,
+# Decrypt, ReEncrypt, GenerateDataKey or CreateGrant: the account administers the key, it does not read what the key
+# protects, nor grant itself that.
 KEY_ADMIN_ACTIONS = [
-    "kms:Create*",
+    "kms:CreateAlias",
     "kms:Describe*",
     "kms:Enable*",
     "kms:List*",
@@ -42,6 +53,9 @@ KEY_ADMIN_ACTIONS = [
 ]
 # What a principal needs to read and write data under the key (directly or through S3, SageMaker, Lambda).
 KEY_USE_ACTIONS = ["kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey*", "kms:ReEncrypt*"]
+# The condition under which the account may create grants: only an AWS service asking on a principal's behalf, for a
+# resource of its own (AWS KMS Developer Guide, "kms:GrantIsForAWSResource").
+GRANTS_FOR_AWS_RESOURCES = {"Bool": {"kms:GrantIsForAWSResource": "true"}}
 
 
 def administered_key(
@@ -61,7 +75,17 @@ def administered_key(
                 principals=[iam.AccountRootPrincipal()],
                 actions=KEY_ADMIN_ACTIONS,
                 resources=["*"],
-            )
+            ),
+            # What CreateGrant the account keeps: grants an AWS service creates for its own resources (SageMaker's
+            # volumes, Lambda's environment variables), for callers whose IAM policy allows kms:CreateGrant (the
+            # execution roles' allow_volume_encryption, CloudFormation's role).
+            iam.PolicyStatement(
+                sid="GrantsForAwsResources",
+                principals=[iam.AccountRootPrincipal()],
+                actions=["kms:CreateGrant"],
+                resources=["*"],
+                conditions=GRANTS_FOR_AWS_RESOURCES,
+            ),
         ]
     )
     extra: dict[str, Any] = {}

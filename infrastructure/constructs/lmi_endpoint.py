@@ -9,6 +9,9 @@ sagemaker_deployment):
 - The endpoint keeps a stable name (`<project>-<stage>`) so clients and alarms can name it.
 - VolumeSizeInGB and KmsKeyId are set only on instance types with EBS storage: on local-NVMe types (p4d, g5, ...)
   SageMaker rejects both, and the NVMe volume is encrypted by the hardware.
+- The log groups the containers write to (`/aws/sagemaker/Endpoints/<endpoint>`, and with components
+  `/aws/sagemaker/InferenceComponents/<component>`) belong to the stack, created before the endpoint and its
+  components: left to SageMaker they would keep what the handler logs forever, unencrypted by the stage key.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from aws_cdk import ArnFormat, Duration, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sagemaker as sagemaker
 from aws_cdk import aws_sns as sns
@@ -31,6 +35,21 @@ from core.config import ServingConfig
 from core.endpoint_settings import MODEL_DIR, ROUTING, TRAFFIC, VARIANT
 from infrastructure.constructs import endpoint_scaling, inference_components, key_policy
 from infrastructure.constructs.alarms import alarms_above, gpu_memory_alarm
+
+# How long the endpoint's log groups keep what the containers write: a year, as every other log group of the stage
+# (code packaging, the weights lookup).
+LOG_RETENTION = logs.RetentionDays.ONE_YEAR
+ENDPOINT_LOGS = "/aws/sagemaker/Endpoints"
+COMPONENT_LOGS = "/aws/sagemaker/InferenceComponents"
+
+
+def container_log_group(scope: Construct, construct_id: str, *, name: str, key: kms.IKey) -> logs.LogGroup:
+    """The log group SageMaker writes a container's stdout and stderr to, owned by the stack: a retention, and the
+    stage key (whose policy lets CloudWatch Logs use it for this account's log groups).
+
+    SageMaker creates the group on first write when it does not exist; a group it created before this stack owned it
+    makes the stack's create fail (AlreadyExists) until that group is deleted or imported."""
+    return logs.LogGroup(scope, construct_id, log_group_name=name, retention=LOG_RETENTION, encryption_key=key)
 
 
 class ServedCode(Protocol):
@@ -143,7 +162,14 @@ class LmiEndpoint(Construct):
             self._alarms(("GpuMemory",)) if not self.hosts_components and gpu_memory_alarm(config.engine) else []
         )
         self.endpoint = self._endpoint()
+        self.log_groups = {
+            endpoint_name: container_log_group(
+                self, "Logs", name=f"{ENDPOINT_LOGS}/{endpoint_name}", key=encryption_key
+            )
+        }
+        self.endpoint.node.add_dependency(self.log_groups[endpoint_name])
         self.components = self._inference_components() if self.hosts_components else None
+        self._component_log_groups(encryption_key)
         self._variant_scaling()
         self.dashboard = self._dashboard()
 
@@ -296,6 +322,19 @@ class LmiEndpoint(Construct):
             models=self.component_models,
             topic=self.topic,
         )
+
+    def _component_log_groups(self, key: kms.IKey) -> None:
+        """Each component's log group, created before the component: a component's containers log to a group of
+        their own, named after the component, not to the endpoint's."""
+        if self.components is None:
+            return
+        for name, resource in self.components.components.items():
+            component = self.components.names[name]
+            group = container_log_group(
+                self, f"Logs{inference_components.construct_id(name)}", name=f"{COMPONENT_LOGS}/{component}", key=key
+            )
+            resource.node.add_dependency(group)
+            self.log_groups[component] = group
 
     def _variant_scaling(self) -> None:
         """The classic variant's instance scaling, when it may grow (components scale in InferenceComponents)."""

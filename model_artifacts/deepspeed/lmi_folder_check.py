@@ -18,11 +18,16 @@ reads). At start-up the support comes from the installed transformers (installed
 folder is staged, with no transformers 4.39 at hand) it can come from a record of that release
 (ReaderSupport.to_dict / from_dict; `python lmi_folder_check.py` run in the image prints the record). Only the check
 that the reader's config class accepts the values (config_build_problem) needs the reader's transformers itself.
+
+check_staged_files refuses, at start-up and before any weight loads, a staged folder whose files are not the ones the
+staging job checked against the hub: it reads the manifest stage_model.py writes inside the folder (STAGED_MANIFEST,
+the same format as training/finetune/staged.py, which this container cannot import).
 Stdlib only at import.
 """
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 import os
@@ -40,6 +45,11 @@ ROTARY_KEYS = ("rope_parameters", "rope_scaling")
 # transformers 5's config classes take rope_parameters and convert the 4.x keys into it (their **kwargs).
 _CONVERTED_BY_ROPE_PARAMETERS = ("rope_theta", "rope_scaling")
 _FAST_SUFFIX = "Fast"
+# Written by training/stage_model.py inside every staged folder: {"files": {path: bytes}, "sha256": {path: hex}}.
+STAGED_MANIFEST = ".staged-sha256.json"
+# torch.save's formats and other pickles: DeepSpeed's .pt shards are read with plain torch.load, and weights_only is
+# no boundary before torch 2.6 (CVE-2025-32434) while this image ships torch 2.1.
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
 
 
 @dataclass(frozen=True)
@@ -230,6 +240,65 @@ def _read_json(folder: str, name: str) -> dict | None:
     if not isinstance(data, dict):
         raise ConfigError(f"{path} holds {type(data).__name__}, not a JSON object; transformers expects an object")
     return data
+
+
+def check_staged_files(folder: str, *, rank: int = 0, world_size: int = 1) -> None:
+    """Raise ConfigError naming each file of `folder` that is not what was staged: a pickle whose sha256 differs from
+    STAGED_MANIFEST's or that it does not list, a listed file whose size differs. Only pickles are hashed (they run
+    code when loaded; safetensors cannot), each rank hashing its share (files rank, rank + world_size, ...), so the
+    start-up pays sha256 over 1/world_size of them. No manifest (weights not staged by the platform): no check."""
+    path = os.path.join(folder, STAGED_MANIFEST)
+    if not os.path.isfile(path):
+        return
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"{path} is not readable JSON ({error}): the staged folder is damaged") from None
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("files"), dict)
+        or not isinstance(data.get("sha256"), dict)
+    ):
+        raise ConfigError(f"{path} is not a staging manifest (files, sha256): the staged folder is damaged")
+    present = sorted(
+        os.path.relpath(os.path.join(root, name), folder).replace(os.sep, "/")
+        for root, _, names in os.walk(folder)
+        for name in names
+    )
+    problems = []
+    for name in present:
+        size = data["files"].get(name)
+        if name == STAGED_MANIFEST:
+            continue
+        if size is None:
+            if name.lower().endswith(PICKLE_SUFFIXES):
+                problems.append(f"{name} is a pickle that {STAGED_MANIFEST} does not list: it was not staged")
+            continue
+        actual = os.path.getsize(os.path.join(folder, name))
+        if actual != size:
+            problems.append(f"{name} has {actual} bytes, {size} when staged")
+    pickles = [name for name in present if name.lower().endswith(PICKLE_SUFFIXES) and name in data["files"]]
+    for name in pickles[rank::world_size]:
+        expected = data["sha256"].get(name)
+        if expected is None:
+            problems.append(f"{name}: {STAGED_MANIFEST} records no sha256 for it")
+        elif _sha256(os.path.join(folder, name)) != expected:
+            problems.append(f"{name}: its sha256 is not the {expected} recorded when staged")
+    if problems:
+        raise ConfigError(
+            f"the model folder {folder} is not what was staged ({STAGED_MANIFEST}): " + "; ".join(problems) + ". "
+            "Refusing to load it: pickled weights run code when they are loaded. Stage the model again and find out "
+            "who changed the models bucket"
+        )
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(16 * 2**20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 if __name__ == "__main__":  # the record of the installed transformers, for a check where it is not installed

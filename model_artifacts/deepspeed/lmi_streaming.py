@@ -96,7 +96,8 @@ def token_stream(
                 yield _line(held)
             held = {"token": {"id": [event], "text": text}}
         result = generator.result(prompt, len(prompt_ids), tokens, None, request)
-        yield _line(_last_line(held, result, emitted, prompt if request.parameters.return_full_text else ""))
+        full_text = request.parameters.return_full_text
+        yield _line(_last_line(held, result, emitted, prompt if full_text else "", generated_tokens=len(tokens)))
     finally:
         thread.join()
 
@@ -132,11 +133,20 @@ def _settled(text: str, stops: tuple[str, ...]) -> str:
     return text[: max(keep, 0)]
 
 
-def _last_line(held: dict | None, result: dict, emitted: str, prompt: str) -> dict:
+def _last_line(held: dict | None, result: dict, emitted: str, prompt: str, *, generated_tokens: int) -> dict:
     """The held token's line, with the rest of the text, `generated_text` and, if asked for, `details`."""
     final = result["generated_text"][len(prompt) :]
     if not final.startswith(emitted):  # a tokenizer whose decode is not prefix-stable: say so, the total still holds
-        log.warning("streamed text %r is not a prefix of the answer %r", emitted[-40:], final[-40:])
+        # Lengths and counts only, never text: the endpoint's log group keeps what the handler logs, and an answer
+        # (or the prompt it repeats) is the user's data.
+        log.warning(
+            "streamed text is not a prefix of the answer: %d characters streamed, %d in the answer, the first %d "
+            "alike, after %d tokens",
+            len(emitted),
+            len(final),
+            _common_prefix(emitted, final),
+            generated_tokens,
+        )
     line = held or {"token": {"id": [], "text": ""}}
     line["token"]["text"] += final[len(emitted) :] if final.startswith(emitted) else ""
     line["generated_text"] = result["generated_text"]
@@ -146,6 +156,14 @@ def _last_line(held: dict | None, result: dict, emitted: str, prompt: str) -> di
             key: details[key] for key in ("finish_reason", "generated_tokens", "inputs", "prompt_tokens")
         }
     return line
+
+
+def _common_prefix(a: str, b: str) -> int:
+    """How many characters `a` and `b` share from the start."""
+    for index, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return index
+    return min(len(a), len(b))
 
 
 def _line(payload: dict) -> str:

@@ -63,7 +63,7 @@ class TextGenerationService:
     def initialize(self, properties: dict) -> None:
         import torch
         from lmi_config import ConfigError
-        from lmi_folder_check import check_model_folder
+        from lmi_folder_check import check_model_folder, check_staged_files
         from lmi_generation import TextGenerator
         from lmi_loading import load_model
 
@@ -80,6 +80,9 @@ class TextGenerationService:
         # Before any process group or load: a folder this image's transformers cannot read, or would read wrong
         # (written by a later release), is refused with the reason instead of failing or serving garbage later.
         check_model_folder(config.weights)
+        # A staged folder's pickles against the hashes the staging job checked with the hub (each rank its share):
+        # before any torch.load, which runs whatever code a pickle names.
+        check_staged_files(config.weights, rank=ranks.rank, world_size=ranks.world_size)
         use_cuda = torch.cuda.is_available()
         init_process_group(ranks, use_cuda=use_cuda)
         model, tokenizer, plan = load_model(config.weights, config, use_cuda=use_cuda, local_rank=ranks.local_rank)

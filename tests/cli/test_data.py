@@ -98,3 +98,67 @@ def test_the_suffixes_uploaded_are_the_ones_the_prepare_step_reads():
         if isinstance(node, ast.Assign) and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["RAW_SUFFIXES"]
     ]
     assert ast.literal_eval(assigned) == data.RAW_SUFFIXES
+
+
+# --- symbolic links: refused, named with their target, unless --follow-symlinks (issue 26, finding 6) -------------
+
+
+@pytest.mark.parametrize("given", ["link", "folder"])
+def test_upload_data_refuses_a_symbolic_link_naming_it_and_its_target(cli, deployed, tmp_path, given):
+    secret = tmp_path / "elsewhere" / "credentials.txt"
+    secret.parent.mkdir()
+    secret.write_text("aws_secret_access_key = not-training-data\n")
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "train.jsonl").write_text('{"text": "hello"}\n')
+    link = folder / "notes.txt"
+    link.symlink_to(secret)
+
+    result = cli("upload-data", str(link if given == "link" else folder))
+
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert f"{link}: a symbolic link to {secret}, not uploaded; pass --follow-symlinks" in line
+    # Nothing uploaded, not even the folder's other files.
+    assert client("s3").list_objects_v2(Bucket=deployed.data_bucket, Prefix="raw/").get("KeyCount", 0) == 0
+
+
+def test_upload_data_refuses_the_folder_given_as_a_symbolic_link(cli, deployed, tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "a.txt").write_text("x\n")
+    (tmp_path / "data").symlink_to(tmp_path / "real")
+
+    result = cli("upload-data", str(tmp_path / "data"))
+
+    assert result.exit_code == 2, result.output
+    assert f"{tmp_path / 'data'}: a symbolic link to {tmp_path / 'real'}, not uploaded" in result.stderr
+
+
+def test_upload_data_with_follow_symlinks_uploads_the_targets_bytes_under_the_links_name(cli, deployed, tmp_path):
+    target = tmp_path / "elsewhere" / "shared.jsonl"
+    target.parent.mkdir()
+    target.write_text('{"text": "shared"}\n')
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "train.jsonl").write_text('{"text": "hello"}\n')
+    (folder / "shared.jsonl").symlink_to(target)
+
+    result = cli("upload-data", str(folder), "--follow-symlinks", "--json")
+
+    assert result.exit_code == 0, result.output
+    assert [f["key"] for f in json.loads(result.stdout)["files"]] == ["raw/shared.jsonl", "raw/train.jsonl"]
+    s3 = client("s3")
+    body = s3.get_object(Bucket=deployed.data_bucket, Key="raw/shared.jsonl")["Body"].read()
+    assert body == target.read_bytes()
+    assert s3.head_object(Bucket=deployed.data_bucket, Key="raw/shared.jsonl")["SSEKMSKeyId"] == deployed.key_arn
+
+
+def test_a_file_replaced_by_a_link_after_the_check_is_not_followed(tmp_path):
+    target = tmp_path / "secret.txt"
+    target.write_text("secret\n")
+    link = tmp_path / "a.txt"
+    link.symlink_to(target)
+    with pytest.raises(data.CliError, match="a symbolic link to"), data._open(link, follow_symlinks=False):
+        pass
+    with data._open(link, follow_symlinks=True) as body:
+        assert body.read() == b"secret\n"

@@ -94,3 +94,13 @@ def test_a_model_whose_heads_cannot_group_its_key_value_heads_is_refused():
             vocab_size=100,
             key_value_heads=3,
         )
+
+
+def test_pickles_are_staged_only_from_a_pinned_commit():
+    bloom, gptj = MODELS["bloom-176b"], MODELS["gpt-j-6b"]
+    assert bloom.staged("deepspeed-int8-tp8", allow_pickle=True).revision  # the catalog pins it
+    with pytest.raises(ValueError, match=r"bloom-deepspeed-inference-fp16 without a pinned commit"):
+        bloom.staged("deepspeed-fp16-tp8", allow_pickle=True)
+    with pytest.raises(ValueError, match=r"EleutherAI/gpt-j-6b without a pinned commit"):
+        gptj.staged(allow_pickle=True)
+    assert gptj.staged(revision="0" * 40, allow_pickle=True).name == "gpt-j-6b-pickle"

@@ -15,7 +15,12 @@ def serving(**fields) -> ServingConfig:
 
 # DeepSpeed's pre-sharded checkpoints are pickles: serving one is the config's explicit choice.
 INT8_CHECKPOINT = {"checkpoint": "deepspeed-int8-tp8", "allow_pickle": True}
-FP16_CHECKPOINT = {"checkpoint": "deepspeed-fp16-tp8", "allow_pickle": True}
+# The catalog pins no commit of the fp16 checkpoint: pickles are served only from one the config pins.
+FP16_CHECKPOINT = {
+    "checkpoint": "deepspeed-fp16-tp8",
+    "allow_pickle": True,
+    "revision": "0123456789abcdef0123456789abcdef01234567",
+}
 BLOOM_INT8_P4D = dict(model="bloom-176b", dtype="int8", tensor_parallel_degree=8, instance_type="ml.p4d.24xlarge")
 
 # The LMI DeepSpeed reference's cases.
@@ -88,7 +93,7 @@ REJECTED = [
     ("BLOOM-176B int8 from the plain checkpoint on p4d", BLOOM_INT8_P4D,
      r"dtype int8 needs a pre-sharded DeepSpeed checkpoint: DeepSpeed quantizes weights only while it loads such shards.*set weights\.checkpoint to one of deepspeed-int8-tp8"),
     ("BLOOM-176B fp16 from the plain checkpoint on p4de", dict(model="bloom-176b", dtype="fp16", tensor_parallel_degree=8, instance_type="ml.p4de.24xlarge"),
-     r"cannot load on ml\.p4de\.24xlarge.*weights: \{checkpoint: deepspeed-fp16-tp8, allow_pickle: true\}"),
+     r"cannot load on ml\.p4de\.24xlarge.*weights: \{checkpoint: deepspeed-fp16-tp8, allow_pickle: true, revision: <the 40-hex commit you reviewed>\}"),
     ("BLOOM-176B bf16 from the plain checkpoint on p5: no checkpoint in bf16", dict(model="bloom-176b", dtype="bf16", tensor_parallel_degree=8, instance_type="ml.p5.48xlarge"),
      r"cannot load on ml\.p5\.48xlarge \(2048 GiB of host memory\).*no supported instance type has the host memory for it: use a pre-sharded checkpoint"),
     # A pre-sharded checkpoint is served as it was made.
@@ -100,6 +105,10 @@ REJECTED = [
      r"only the deepspeed engine loads it"),
     ("a checkpoint the model does not have", dict(model="gpt-j-6b", weights=INT8_CHECKPOINT),
      r"weights\.checkpoint: gpt-j-6b has no pre-sharded checkpoint 'deepspeed-int8-tp8'; its checkpoints: none"),
+    ("pickles from whatever commit main has", dict(weights={"allow_pickle": True}),
+     r"weights\.allow_pickle: pickles are accepted from EleutherAI/gpt-j-6b without a pinned commit.*CVE-2025-32434\); set weights\.revision to the 40-hex commit"),
+    ("a checkpoint's pickles from whatever commit main has", dict(model="bloom-176b", dtype="fp16", tensor_parallel_degree=8, instance_type="ml.p4de.24xlarge", weights={**FP16_CHECKPOINT, "revision": None}),
+     r"weights\.allow_pickle: pickles are accepted from microsoft/bloom-deepspeed-inference-fp16 without a pinned commit.*set weights\.revision"),
     ("a checkpoint with a registered model package", dict(weights={"source": "model_package", "model_package_arn": "arn:aws:sagemaker:us-east-1:111111111111:model-package/llm/3", **INT8_CHECKPOINT}),
      r"checkpoint is only used with source 'pretrained' or 's3'"),
 ]  # fmt: skip

@@ -52,6 +52,8 @@ REJECTED = [
     ("validation batch not divisible by microbatches (train.py's own check)", dict(val_batch_size=3, smp={"microbatches": 2}),
      r"train\.py would refuse to start: --val_batch_size \(3\) is not divisible by mp_parameters microbatches \(2\)"),
     ("unknown SMP key", dict(smp={"partitions": 2}), r"Extra inputs are not permitted"),
+    ("pickles from whatever commit main has", dict(pretrained={"allow_pickle": True}),
+     r"pretrained\.allow_pickle: pickles are accepted from EleutherAI/gpt-j-6b without a pinned commit.*set training\.pretrained\.revision to the 40-hex commit"),
     ("bad subnet id", dict(vpc={"subnet_ids": ["subnet-xyz"], "security_group_ids": ["sg-0123456789abcdef0"]}), r"should match pattern"),
     ("processing instance type", dict(processing_instance_type="m5.2xlarge"), r"should match pattern"),
 ]  # fmt: skip

@@ -37,6 +37,7 @@ def storage(stage):
         env=Environment(region=stage.region),  # as stage.py builds it: the region known, the account the CLI's
         stage=stage,
         key_user_role_path="/llama31/dev/",
+        endpoint_name="llama31-dev",
         training_images=[images.training_image("us-east-1", stage.training.smp.version)],
         serving_images=[images.serving_image("us-east-1", stage.serving.engine)],
         staging_images=[images.processing_image("us-east-1", stage.training.processing_instance_type)],

@@ -3,6 +3,7 @@ services only for this account's resources; and everything a deploy or a job doe
 
 from __future__ import annotations
 
+import fnmatch
 import json
 
 import pytest
@@ -11,9 +12,10 @@ from tests.cdk_assembly import APP, Assembly, render, short_id
 
 STAGES = ["dev", "staging", "prod"]
 CRYPTO = ("kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey", "kms:ReEncrypt", "kms:*")
-# The key administrators statement of AWS's default key policy (AWS KMS Developer Guide, "Default key policy").
+# The key administrators statement of AWS's default key policy (AWS KMS Developer Guide, "Default key policy"), with
+# kms:CreateAlias for its kms:Create*, which includes kms:CreateGrant.
 KEY_ADMIN_ACTIONS = [
-    "kms:Create*", "kms:Describe*", "kms:Enable*", "kms:List*", "kms:Put*", "kms:Update*", "kms:Revoke*",
+    "kms:CreateAlias", "kms:Describe*", "kms:Enable*", "kms:List*", "kms:Put*", "kms:Update*", "kms:Revoke*",
     "kms:Disable*", "kms:Get*", "kms:Delete*", "kms:TagResource", "kms:UntagResource", "kms:ScheduleKeyDeletion",
     "kms:CancelKeyDeletion",
 ]  # fmt: skip
@@ -56,6 +58,31 @@ def test_every_key_is_administered_by_its_account_and_used_by_nobody_there_witho
                 assert statement["Condition"]["ArnLike"]["aws:PrincipalArn"], (where, statement)
 
 
+def grants_create_grant(statement: dict) -> bool:
+    """Whether the statement allows kms:CreateGrant, by name or by a wildcard that matches it."""
+    return any(fnmatch.fnmatchcase("kms:CreateGrant", action) for action in as_list(statement["Action"]))
+
+
+def test_no_principal_of_the_account_may_grant_itself_use_of_a_key(assembly, promotion_assembly):
+    """A grant can give kms:Decrypt: the account principal (which delegates to every IAM policy in the account, such
+    as PowerUserAccess) may create grants only when an AWS service asks for one for its own resource (issue 26)."""
+    found = [k for a in (assembly, promotion_assembly) for k in keys(a)]
+    for stage, stack, logical_id, statements in found:
+        where = f"{stage}/{stack}/{logical_id}"
+        for statement in statements:
+            if statement["Effect"] != "Allow" or not grants_create_grant(statement):
+                continue
+            assert "Service" not in statement["Principal"], (where, statement)
+            assert statement.get("Condition", {}).get("Bool", {}).get("kms:GrantIsForAWSResource") == "true", (
+                where,
+                statement,
+            )
+        # What SageMaker (volumes) and Lambda (function environments) ask for on a caller's behalf is still allowed.
+        (grants,) = [s for s in statements if s.get("Sid") == "GrantsForAwsResources"]
+        assert is_account_root(grants["Principal"]) and as_list(grants["Action"]) == ["kms:CreateGrant"], where
+        assert grants["Condition"] == {"Bool": {"kms:GrantIsForAWSResource": "true"}}, where
+
+
 def test_services_use_keys_only_for_this_accounts_resources(assembly, promotion_assembly):
     services = set()
     for a in (assembly, promotion_assembly):
@@ -96,6 +123,7 @@ def test_every_role_granted_the_stage_key_is_one_of_its_users(assembly, stage):
     assert users == [
         "<TrainingRole.Arn>",
         "<HostingRole.Arn>",
+        "<StagingRole.Arn>",
         f"arn:aws:iam::<AWS::AccountId>:role/llm-platform/{stage}/*",
     ]
     granted = []
@@ -113,7 +141,8 @@ def test_every_role_granted_the_stage_key_is_one_of_its_users(assembly, stage):
     # the pipelines' role, the code-packaging handlers.
     others = [(stack, role, path) for stack, role, path in granted if stack != "Storage"]
     assert {role for _, role, _ in others} >= {"<PipelinesPipelineRole>", "<CodePackagingHandlerRole>"}
-    assert all(path == f"/llm-platform/{stage}/" for _, _, path in others), others
+    # Under it (the key policy's role/<path>/* matches sub-folders): the packaging handlers are in code-packaging/.
+    assert all(path.startswith(f"/llm-platform/{stage}/") for _, _, path in others), others
 
 
 @pytest.mark.parametrize("stage", STAGES)

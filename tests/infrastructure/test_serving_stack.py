@@ -272,8 +272,8 @@ def test_a_config_pin_overrides_the_catalogs_and_pickles_allowed_are_staged_apar
     stage = load(tmp_path, {**BLOOM_INT8, "weights": {"checkpoint": "deepspeed-int8-tp8", "allow_pickle": True,
                                                       "revision": other}}).stages["dev"]  # fmt: skip
     assert stage.serving.staged_weights.record_key == f"pretrained/bloom-176b-deepspeed-int8-tp8/{other}.json"
-    gptj = load(tmp_path, {"model": "gpt-j-6b", "weights": {"allow_pickle": True}}).stages["dev"].serving
-    assert gptj.staged_weights.record_key == "pretrained/gpt-j-6b-pickle/main.json"
+    gptj = load(tmp_path, {"model": "gpt-j-6b", "weights": {"allow_pickle": True, "revision": other}}).stages["dev"]
+    assert gptj.serving.staged_weights.record_key == f"pretrained/gpt-j-6b-pickle/{other}.json"
 
 
 def load(tmp_path, serving: dict):

@@ -55,7 +55,12 @@ def test_every_bucket_policy_denies_plain_http_and_old_tls(assembly, stage):
     policies = assembly.resources(stage, "Storage", "AWS::S3::BucketPolicy")
     assert len(policies) == 4
     for policy in policies.values():
-        denies = [s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s["Effect"] == "Deny"]
+        # The models bucket's denies on who writes code and staged weights: test_served_code_protection.py.
+        denies = [
+            s
+            for s in policy["Properties"]["PolicyDocument"]["Statement"]
+            if s["Effect"] == "Deny" and "ArnNotLike" not in s["Condition"]
+        ]
         conditions = [s["Condition"] for s in denies]
         assert {"Bool": {"aws:SecureTransport": "false"}} in conditions
         assert {"NumericLessThan": {"s3:TlsVersion": 1.2}} in conditions
@@ -167,7 +172,7 @@ def test_training_role_has_exactly_the_access_its_jobs_need(assembly):
             objects("Models", "pretrained/gpt-j-6b/", "checkpoints/", "trained/"),
         ),
         "ListModelsPretrainedGptJ6bCheckpointsTrained": (["s3:ListBucket"], ["<Models.Arn>"]),
-        "WriteModelsPretrainedGptJ6bTrained": (WRITE, objects("Models", "pretrained/gpt-j-6b/", "trained/")),
+        "WriteModelsTrained": (WRITE, objects("Models", "trained/")),  # never pretrained/: the staging role's
         "WriteModelsCheckpoints": (sorted([*WRITE, "s3:DeleteObject"]), objects("Models", "checkpoints/")),
         "ReadArtifactsCode": (READ, objects("Artifacts", "code/")),
         "ListArtifactsCode": (["s3:ListBucket"], ["<Artifacts.Arn>"]),
@@ -180,7 +185,13 @@ def test_training_role_has_exactly_the_access_its_jobs_need(assembly):
 def test_hosting_role_reads_weights_and_code_and_writes_only_captured_data(assembly):
     got = {sid: (s["actions"], s["resources"]) for sid, s in role_statements(assembly, "Hosting").items()}
     assert got == {
-        "WriteLogs": (LOGS, ["arn:aws:logs:us-east-1:<AWS::AccountId>:log-group:/aws/sagemaker/Endpoints:*"]),
+        "WriteLogs": (
+            LOGS,
+            [
+                "arn:aws:logs:us-east-1:<AWS::AccountId>:log-group:/aws/sagemaker/Endpoints/llm-platform-prod:*",
+                "arn:aws:logs:us-east-1:<AWS::AccountId>:log-group:/aws/sagemaker/InferenceComponents/llm-platform-prod-*:*",
+            ],
+        ),
         "PublishMetrics": (["cloudwatch:PutMetricData"], ["*"]),
         "EcrLogin": (["ecr:GetAuthorizationToken"], ["*"]),
         "ReadModelsPretrainedGptJ6bTrained": (READ, objects("Models", "pretrained/gpt-j-6b/", "trained/")),
@@ -211,7 +222,8 @@ def test_roles_trust_only_sagemaker_for_this_account_and_carry_no_managed_polici
     assert "ManagedPolicyArns" not in props
     (statement,) = props["AssumeRolePolicyDocument"]["Statement"]
     assert statement["Principal"] == {"Service": "sagemaker.amazonaws.com"}
-    assert render(statement["Condition"]) == {"StringEquals": {"aws:SourceAccount": "<AWS::AccountId>"}}
+    # SageMaker acting for this account (the job roles' aws:SourceArn: tests/infrastructure/test_role_trust.py).
+    assert render(statement["Condition"])["StringEquals"] == {"aws:SourceAccount": "<AWS::AccountId>"}
 
 
 def test_outputs_name_the_buckets_key_and_roles(assembly):
@@ -265,6 +277,7 @@ def test_captured_data_expiry_comes_from_the_serving_config():
         "Storage",
         stage=stage,
         key_user_role_path="/p/dev/",
+        endpoint_name="p-dev",
         training_images=[images.training_image("us-east-1", stage.training.smp.version)],
         serving_images=[images.serving_image("us-east-1", stage.serving.engine)],
         staging_images=[images.processing_image("us-east-1", stage.training.processing_instance_type)],

@@ -308,7 +308,7 @@ def registered_container(defn: dict) -> dict:
     return container
 
 
-def test_the_registered_package_is_the_model_the_endpoint_runs_with_the_handler_beside_the_weights():
+def test_the_registered_package_is_the_model_the_endpoint_runs_and_no_job_writes_its_handler():
     defn = definition()
     register = step(defn, "Register-RegisterModel")["Arguments"]
     container = registered_container(defn)
@@ -322,23 +322,12 @@ def test_the_registered_package_is_the_model_the_endpoint_runs_with_the_handler_
     assert register["ModelApprovalStatus"] == "PendingManualApproval"
     assert register["ModelPackageGroupName"] == "p-dev"
     assert register["InferenceSpecification"]["SupportedRealtimeInferenceInstanceTypes"] == ["ml.g5.2xlarge"]
-    # The Evaluate job puts the handler there: from the folder the training stack publishes, to
-    # <weights>inference/<sha256>/, through a copy (a job's input and output paths must differ).
+    # No job writes the handler there: the Evaluate job runs with the training role, and only the code-packaging
+    # function may write a handler folder (the models bucket's policy); the serving stack writes it at deploy time.
     evaluate = step(defn, "Evaluate")["Arguments"]
-    inputs = {i["InputName"]: i["S3Input"] for i in evaluate["ProcessingInputs"]}
-    assert (inputs["handler"]["LocalPath"], inputs["handler"]["S3Uri"]) == (
-        "/opt/ml/processing/handler",
-        "s3://${ArtifactsBucket}/code/registry-deepspeed/${HandlerFolder}",
-    )
-    outputs = {o["OutputName"]: o["S3Output"] for o in evaluate["ProcessingOutputConfig"]["Outputs"]}
-    assert outputs["handler"] == {
-        "LocalPath": "/opt/ml/processing/served-handler",
-        "S3Uri": {"Std:Join": {"On": "", "Values": [TRAINED, "${HandlerFolder}"]}},
-        "S3UploadMode": "EndOfJob",
-    }
-    command = evaluate["AppSpecification"]["ContainerEntrypoint"][2]
-    copy = "cp -R /opt/ml/processing/handler/. /opt/ml/processing/served-handler/"
-    assert copy in command and command.index(copy) < command.index("exec python3 evaluate.py")
+    assert "handler" not in {i["InputName"] for i in evaluate["ProcessingInputs"]}
+    assert [o["OutputName"] for o in evaluate["ProcessingOutputConfig"]["Outputs"]] == ["evaluation"]
+    assert "cp -R" not in evaluate["AppSpecification"]["ContainerEntrypoint"][2]
 
 
 def test_a_vllm_package_carries_no_handler_and_the_engines_keys():
@@ -514,7 +503,7 @@ def assert_sagemaker_accepts_the_step_names(names) -> None:
 
 def test_a_config_that_accepts_pickles_stages_them_apart():
     # A reader that does not accept pickles (here: training) never reads the prefix a pickle staging could fill.
-    defn = staging(serving=ServingConfig(weights={"allow_pickle": True}))
+    defn = staging(serving=ServingConfig(weights={"allow_pickle": True, "revision": COMMIT}))
     steps = {s["Name"]: s["Arguments"]["AppSpecification"]["ContainerArguments"] for s in defn["Steps"]}
     assert list(steps) == ["Stage-gpt-j-6b", "Stage-gpt-j-6b-pickle"]
     assert "--allow_pickle" not in steps["Stage-gpt-j-6b"]
@@ -548,9 +537,9 @@ def test_a_pinned_training_commit_is_read_through_its_own_record():
     channels = {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in step(defn, "Train")["Arguments"]["InputDataConfig"]}  # fmt: skip
     assert channels["model"] == staged_at("pretrained/gpt-j-6b/", f"pretrained/gpt-j-6b/{COMMIT}.json")
     # Pickles accepted: a prefix of their own.
-    defn = definition(TrainingConfig(pretrained={"allow_pickle": True}))
+    defn = definition(TrainingConfig(pretrained={"allow_pickle": True, "revision": COMMIT}))
     channels = {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in step(defn, "Train")["Arguments"]["InputDataConfig"]}  # fmt: skip
-    assert channels["model"] == staged_at("pretrained/gpt-j-6b-pickle/", "pretrained/gpt-j-6b-pickle/main.json")
+    assert channels["model"] == staged_at("pretrained/gpt-j-6b-pickle/", f"pretrained/gpt-j-6b-pickle/{COMMIT}.json")
 
 
 def test_the_registered_model_names_the_commit_it_was_fine_tuned_from():

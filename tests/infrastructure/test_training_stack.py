@@ -62,8 +62,10 @@ def test_pipeline_role_runs_pipeline_jobs_passes_only_the_training_role_and_regi
         f"arn:aws:sagemaker:us-east-1:{account}:model-package/llm-platform-prod/*",
     ]
     actions, resources, condition = got["PassJobRoles"]
-    # The staging jobs run with the training role too: no stage of the default config stages a gated model.
-    assert actions == ["iam:PassRole"] and len(resources) == 1 and "TrainingRole" in resources[0]
+    # The staging jobs run with a role of their own, the only writer of pretrained/, gated model or not.
+    assert actions == ["iam:PassRole"] and len(resources) == 2
+    assert sorted("TrainingRole" in r for r in resources) == [False, True]
+    assert sorted("StagingRole" in r for r in resources) == [False, True]
     assert condition == {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}
     assert got["ReadEvaluationReports"][:2] == (["s3:GetObject"], [resources_of_evaluation(got)])
     # Each run reads the commit to fine-tune from the staged weights' record (JsonGet): that one object.
@@ -181,7 +183,7 @@ def test_a_stage_without_a_training_vpc_gets_no_network_permissions(assembly):
     assert not [k for k in assembly.resources("prod", "Training", "AWS::IAM::Policy") if k.startswith("JobsVpcAccess")]
 
 
-def test_the_training_stack_publishes_the_handler_the_evaluate_job_copies_beside_the_weights(assembly, vpc_stage):
+def test_the_training_stack_publishes_the_handler_whose_folder_the_registered_package_names(assembly, vpc_stage):
     (handler,) = [
         p["Properties"]
         for k, p in assembly.resources("dev", "Training", "Custom::CodePackage").items()

@@ -395,3 +395,30 @@ def test_a_model_built_for_the_handler_to_download_is_refused_with_the_reason(
     with pytest.raises(ConfigError, match=r"downloads nothing: SageMaker delivers the weights to model_dir"):
         service.initialize({"model_dir": str(tiny_model_dir("opt"))})
     assert not service.initialized
+
+
+@pytest.mark.bad_input("config")
+def test_a_staged_folder_whose_pickle_changed_since_staging_fails_start_up_naming_it(
+    handler_module, tiny_model_dir, tmp_path
+):
+    import hashlib
+    import json
+
+    from lmi_config import ConfigError
+
+    folder = tmp_path / "staged"
+    shutil.copytree(tiny_model_dir("gptj"), folder)
+    (folder / "training_args.bin").write_bytes(b"a pickle, as staged")
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    manifest = {
+        "files": {p.relative_to(folder).as_posix(): p.stat().st_size for p in files},
+        "sha256": {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in files},
+    }
+    (folder / ".staged-sha256.json").write_text(json.dumps(manifest))
+    (folder / "training_args.bin").write_bytes(b"a pickle, not staged")  # same size, other bytes
+    service = handler_module.TextGenerationService()
+    with pytest.raises(
+        ConfigError, match=r"training_args\.bin: its sha256 is not the [0-9a-f]{64} recorded when staged"
+    ):
+        service.initialize({"weights_dir": str(folder), "dtype": "fp32", "model_dir": str(folder)})
+    assert not service.initialized

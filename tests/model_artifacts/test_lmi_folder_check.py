@@ -181,3 +181,66 @@ def test_the_installed_readers_record_round_trips_for_a_check_without_it():
     assert ReaderSupport.from_dict(json.loads(json.dumps(support.to_dict()))) == support
     assert support.version == transformers.__version__
     assert "llama" in support.model_types and "PreTrainedTokenizerFast" in support.tokenizer_classes
+
+
+# --- the staged folder's manifest (stage_model.py writes it; check_staged_files reads it) ---------------------------
+
+
+def _stage(folder, files: dict[str, bytes]):
+    """A staged folder: `files`, and the manifest stage_model.py writes beside them."""
+    import hashlib
+
+    from lmi_folder_check import STAGED_MANIFEST
+
+    for name, data in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(data)
+    manifest = {
+        "model_id": "bigscience/bloom",
+        "commit": "0" * 40,
+        "files": {name: len(data) for name, data in files.items()},
+        "sha256": {name: hashlib.sha256(data).hexdigest() for name, data in files.items()},
+    }
+    (folder / STAGED_MANIFEST).write_text(json.dumps(manifest))
+    return folder
+
+
+STAGED = {"config.json": b"{}", "tp_00_00.pt": b"shard zero", "tp_01_00.pt": b"shard one", "non-tp.pt": b"embeddings"}
+
+
+def test_a_staged_folder_as_staged_passes_and_a_folder_without_a_manifest_is_not_checked(tmp_path):
+    from lmi_folder_check import check_staged_files
+
+    check_staged_files(str(_stage(tmp_path / "staged", STAGED)))
+    (tmp_path / "own").mkdir()
+    (tmp_path / "own" / "pytorch_model.bin").write_bytes(b"anything")
+    check_staged_files(str(tmp_path / "own"))
+
+
+@pytest.mark.bad_input("config")
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda f: (f / "tp_01_00.pt").write_bytes(b"shard 1ne"), r"tp_01_00\.pt: its sha256 is not the [0-9a-f]{64}"),
+        (lambda f: (f / "extra.bin").write_bytes(b"x"), r"extra\.bin is a pickle that \.staged-sha256\.json does not"),
+        (lambda f: (f / "config.json").write_bytes(b"{ }"), r"config\.json has 3 bytes, 2 when staged"),
+    ],
+    ids=["a shard with other bytes", "a pickle that was never staged", "a file of another size"],
+)
+def test_a_staged_folder_changed_since_staging_is_refused_naming_the_file(tmp_path, change, message):
+    from lmi_folder_check import check_staged_files
+
+    folder = _stage(tmp_path, STAGED)
+    change(folder)
+    with pytest.raises(ConfigError, match=rf"is not what was staged \(\.staged-sha256\.json\): .*{message}"):
+        check_staged_files(str(folder))
+
+
+def test_each_rank_hashes_its_share_of_the_pickles(tmp_path):
+    from lmi_folder_check import check_staged_files
+
+    folder = _stage(tmp_path, STAGED)
+    (folder / "tp_01_00.pt").write_bytes(b"shard 1ne")  # the third of non-tp.pt, tp_00_00.pt, tp_01_00.pt
+    check_staged_files(str(folder), rank=1, world_size=2)  # rank 1 of 2 hashes only tp_00_00.pt
+    with pytest.raises(ConfigError, match=r"tp_01_00\.pt: its sha256"):
+        check_staged_files(str(folder), rank=0, world_size=2)  # rank 0: non-tp.pt and tp_01_00.pt

@@ -149,6 +149,31 @@ def test_without_holding_text_back_the_clean_up_of_spaces_breaks_the_stream(tiny
     assert streamed != answer
 
 
+def test_a_stream_that_is_not_a_prefix_of_the_answer_is_logged_without_its_text(tiny_model_dir, monkeypatch, caplog):
+    """The endpoint's log group keeps what the handler logs: a decode that is not prefix-stable is reported by
+    lengths and counts, never by the generated text (issue 26, finding 5)."""
+    monkeypatch.setattr(lmi_streaming, "_UNSETTLED_CHARACTERS", 0)
+    with caplog.at_level("DEBUG", logger="lmi_handler"):
+        streamed, answer = _scripted_stream(tiny_model_dir, "I do n't know , he said .")
+    assert streamed != answer
+    (warning,) = [r for r in caplog.records if "not a prefix" in r.getMessage()]
+    assert warning.levelname == "WARNING"
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    words = {w for text in (streamed, answer) for w in text.split() if len(w) > 2}  # "know", "said", "n't", ...
+    assert words and not any(w in logged for w in words), logged
+    assert streamed[-10:] not in logged and answer[-10:] not in logged
+    assert f"{len(streamed)} characters streamed, {len(answer)} in the answer" in warning.getMessage()
+
+
+def test_the_common_prefix():
+    assert [lmi_streaming._common_prefix(a, b) for a, b in [("abc", "abd"), ("ab", "abc"), ("", "x"), ("x", "y")]] == [
+        2,
+        2,
+        0,
+        0,
+    ]
+
+
 @pytest.mark.parametrize(
     ("text", "stops", "settled"),
     [

@@ -8,6 +8,7 @@ commit and files, the order of its writes, and its errors."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import inspect
 import json
 import shutil
@@ -17,15 +18,23 @@ from types import SimpleNamespace
 
 import boto3
 import pytest
+from huggingface_hub.hf_api import BlobLfsInfo, RepoSibling
 from huggingface_hub.utils import filter_repo_objects
 from moto import mock_aws
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "training"))
 import stage_model
+from finetune.staged import MANIFEST
 
 MAIN = "47e169305d2e8376be1d31e765533382721b2cc1"  # what the stand-in's main points at (any 40-hex value)
 OTHER = "0123456789abcdef0123456789abcdef01234567"
 BUCKET = "models"
+LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".msgpack", ".h5")  # stored with Git LFS by the stand-in hub
+
+
+def git_hash(data: bytes) -> str:
+    """`git hash-object`: the blob id the hub reports for a file git stores itself (huggingface_hub.utils.sha)."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 class LocalHub:
@@ -64,9 +73,24 @@ class LocalHub:
             raise LookupError(f"revision {revision} not found")  # the real client: RevisionNotFoundError
         return commit
 
-    def model_info(self, repo_id: str, *, revision: str | None = None, token: str | None = None) -> SimpleNamespace:
+    def model_info(
+        self, repo_id: str, *, revision: str | None = None, files_metadata: bool = False, token: str | None = None
+    ) -> SimpleNamespace:
+        """With files_metadata, each file's siblings entry as huggingface_hub's RepoSibling holds it: an LFS file
+        (weights, here) with lfs.sha256 of its bytes, a small one with blob_id, its git object id."""
         self._gate("model_info", token)
-        return SimpleNamespace(id=repo_id, sha=self._commit(revision or "main"))
+        commit = self._commit(revision or "main")
+        if not files_metadata:
+            return SimpleNamespace(id=repo_id, sha=commit, siblings=None)
+        siblings = []
+        for name in self.list_repo_files(repo_id, revision=commit, token=token):
+            data = (self.repo / name).read_bytes()
+            if name.endswith(LFS_SUFFIXES):
+                lfs = BlobLfsInfo(size=len(data), sha256=hashlib.sha256(data).hexdigest(), pointer_size=130)
+                siblings.append(RepoSibling(rfilename=name, size=len(data), blob_id="0" * 40, lfs=lfs))
+            else:
+                siblings.append(RepoSibling(rfilename=name, size=len(data), blob_id=git_hash(data)))
+        return SimpleNamespace(id=repo_id, sha=commit, siblings=siblings)
 
     def list_repo_files(self, repo_id: str, *, revision: str | None = None, token: str | None = None) -> list[str]:
         self._gate("list_repo_files", token)
@@ -143,7 +167,7 @@ def test_copies_configs_tokenizer_and_safetensors_only(tmp_path):
             "EleutherAI/gpt-j-6b",
             MAIN,
             ("*.json", "*.txt", "*.model", "*.tiktoken", "*.safetensors"),
-            ("ds_inference_config.json",),
+            (MANIFEST, "ds_inference_config.json"),
         )
     ]
 
@@ -259,7 +283,8 @@ def test_following_main_stages_its_commit_and_writes_the_records_after_every_fil
     record = run(hub, s3, tmp_path)
     prefix = "pretrained/gpt-j-6b/"
     files = [k for k in s3.writes if k.startswith(f"{prefix}{MAIN}/")]
-    assert sorted(k.removeprefix(f"{prefix}{MAIN}/") for k in files) == sorted(record["files"])
+    assert sorted(k.removeprefix(f"{prefix}{MAIN}/") for k in files) == sorted([*record["files"], MANIFEST])
+    assert files[-1] == f"{prefix}{MAIN}/{MANIFEST}"  # after the files it describes
     assert "model-00001-of-00002.safetensors" in record["files"]
     # The commit's record once every file is there, main's record last: a reader that reads a record first never
     # sees a staging that stopped half-way.
@@ -331,9 +356,74 @@ def test_an_upload_that_fails_half_way_leaves_no_record_and_main_where_it_was(tm
 
 def test_a_record_of_pickles_is_not_reused_when_pickles_are_not_allowed(tmp_path, s3):
     hub = LocalHub(make_repo(tmp_path / "repo", PICKLE_REPO))
-    assert run(hub, s3, tmp_path, allow_pickle=True)["weights"] == "pickle"
+    assert run(hub, s3, tmp_path, revision=MAIN, allow_pickle=True)["weights"] == "pickle"
     with pytest.raises(stage_model.StagingError, match=r"staged with PyTorch pickle weights.*allow_pickle"):
         run(hub, s3, tmp_path / "again")
+
+
+def test_pickles_are_staged_only_from_a_pinned_commit(tmp_path, s3):
+    hub = LocalHub(make_repo(tmp_path / "repo", PICKLE_REPO))
+    with pytest.raises(
+        stage_model.StagingError, match=r"--allow_pickle with --revision 'main': .*pinned 40-hex commit"
+    ):
+        run(hub, s3, tmp_path, revision="main", allow_pickle=True)
+    assert s3.writes == [] and hub.calls == []
+
+
+def staged_manifest(s3, commit=MAIN) -> dict:
+    body = s3.client.get_object(Bucket=BUCKET, Key=f"pretrained/gpt-j-6b/{commit}/{MANIFEST}")["Body"].read()
+    return json.loads(body)
+
+
+def test_records_each_files_sha256_in_the_record_and_in_the_manifest_inside_the_folder(tmp_path, s3):
+    repo = make_repo(tmp_path / "repo", PICKLE_REPO)
+    record = run(LocalHub(repo), s3, tmp_path, revision=MAIN, allow_pickle=True)
+    expected = {name: hashlib.sha256((repo / name).read_bytes()).hexdigest() for name in record["files"]}
+    assert "pytorch_model.bin" in expected and "config.json" in expected
+    assert record["sha256"] == expected
+    assert s3.record(f"pretrained/gpt-j-6b/{MAIN}.json")[0]["sha256"] == expected
+    written = staged_manifest(s3)
+    assert (written["model_id"], written["commit"], written["sha256"], written["files"]) == (
+        "EleutherAI/gpt-j-6b",
+        MAIN,
+        expected,
+        record["files"],
+    )
+
+
+class Altering(LocalHub):
+    """A hub (or whatever sits between it and the job) that serves other bytes than its metadata describes."""
+
+    def __init__(self, repo: Path, altered: str) -> None:
+        super().__init__(repo)
+        self.altered = altered
+
+    def _copy(self, name: str, local_dir: str) -> str:
+        target = super()._copy(name, local_dir)
+        if name == self.altered:
+            Path(target).write_bytes(Path(target).read_bytes()[:-1] + b"!")  # same size, other bytes
+        return target
+
+
+@pytest.mark.parametrize(
+    ("altered", "kind"), [("pytorch_model.bin", "sha256"), ("config.json", "git-sha1")], ids=["lfs", "git"]
+)
+def test_a_download_whose_bytes_differ_from_the_hubs_hash_is_refused_and_nothing_is_recorded(
+    tmp_path, s3, altered, kind
+):
+    hub = Altering(make_repo(tmp_path / "repo", PICKLE_REPO), altered)
+    with pytest.raises(stage_model.StagingError, match=rf"the downloaded {altered} has {kind} [0-9a-f]{{40,64}}, but "):
+        run(hub, s3, tmp_path, revision=MAIN, allow_pickle=True)
+    assert s3.writes == []  # nothing uploaded, no record
+
+
+def test_a_repositorys_own_manifest_is_never_copied(tmp_path, s3):
+    repo = make_repo(tmp_path / "repo", HF_REPO)
+    (repo / MANIFEST).write_text(json.dumps({"files": {}, "sha256": {}}))
+    run(LocalHub(repo), s3, tmp_path)
+    written = staged_manifest(s3)
+    assert written["sha256"]["config.json"] == hashlib.sha256((repo / "config.json").read_bytes()).hexdigest()
+    assert MANIFEST not in written["files"]
 
 
 def test_a_record_of_another_repository_is_never_overwritten(tmp_path, s3):

@@ -156,3 +156,52 @@ def test_pretrained_weights_missing_a_tensor_are_refused(
         ConfigurationError, match=r"lack 1 of the model's tensors \(e\.g\. transformer\.h\.1\.mlp\.fc_in"
     ):
         train_script.run(arguments, {"SM_CHANNEL_MODEL": str(pretrained)})
+
+
+def _staged_pickle_folder(tmp_path: Path) -> Path:
+    """The tiny GPT-J as a pickle-only repository is staged: pytorch_model.bin, and stage_model.py's manifest."""
+    from finetune.staged import MANIFEST, manifest, sha256_file
+
+    folder = save_tiny_model(tmp_path / "staged", arch="gptj")
+    torch.save(load_file(folder / "model.safetensors"), folder / "pytorch_model.bin")
+    (folder / "model.safetensors").unlink()
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    names = {p.relative_to(folder).as_posix(): p for p in files}
+    sizes = {name: p.stat().st_size for name, p in names.items()}
+    hashes = {name: sha256_file(p) for name, p in names.items()}
+    (folder / MANIFEST).write_text(json.dumps(manifest("EleutherAI/gpt-j-6b", "0" * 40, sizes, hashes)))
+    return folder
+
+
+def _tamper(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1  # same size, other bytes
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.bad_input("config")
+def test_staged_pickles_that_changed_since_staging_are_refused_before_they_are_unpickled(tmp_path) -> None:
+    """Every loading path checks the staged folder against its manifest first: read_hf_weights (the full-weights
+    jobs, and Evaluate's model), from_pretrained in the dtype (the LoRA jobs, and Evaluate's base for an adapter)."""
+    import evaluate
+    from finetune.modeling import ModelSource, _config_from_folder, build_model
+
+    folder = _staged_pickle_folder(tmp_path)
+    assert read_hf_weights(str(folder))  # as staged: read
+    _tamper(folder / "pytorch_model.bin")
+    source = ModelSource(_config_from_folder(folder, "pretrained model folder"), None, str(folder))
+    refused = r"staged model folder .* is not what was staged .*pytorch_model\.bin: its sha256 is not the [0-9a-f]{64}"
+    with pytest.raises(ConfigurationError, match=refused):
+        read_hf_weights(str(folder))
+    with pytest.raises(ConfigurationError, match=refused):
+        build_model(source, torch.float32, direct=True)
+    with pytest.raises(ConfigurationError, match=refused):
+        evaluate._load_model(folder, None, torch.device("cpu"), None)
+
+
+@pytest.mark.bad_input("config")
+def test_a_pickle_the_staging_never_copied_is_refused(tmp_path) -> None:
+    folder = _staged_pickle_folder(tmp_path)
+    torch.save({}, folder / "optimizer.pt")
+    with pytest.raises(ConfigurationError, match=r"optimizer\.pt is a pickle that .*\.staged-sha256\.json does not"):
+        read_hf_weights(str(folder))

@@ -25,6 +25,8 @@ from torch import nn
 
 from .compatibility import REMEDY, check_readable, file_problems, folder_problems, installed_readers
 from .errors import ConfigurationError
+from .staged import describe as describe_staged
+from .staged import folder_problems as staged_problems
 
 # Files that make a folder a tokenizer (fast tokenizers, or the vocabularies slow ones are built from). Without any,
 # transformers 5.x returns an empty tokenizer instead of failing.
@@ -224,12 +226,23 @@ def _weight_files(folder: Path) -> list[Path]:
     )
 
 
+def check_staged(folder: str) -> None:
+    """Refuse a staged folder whose weights are not the ones staged (finetune/staged.py): before any pickle is read."""
+    try:
+        problems = staged_problems(Path(folder))
+    except ValueError as error:
+        raise ConfigurationError(str(error)) from None
+    if problems:
+        raise ConfigurationError(describe_staged(Path(folder), problems))
+
+
 def read_hf_weights(folder: str) -> dict[str, torch.Tensor]:
     """The state dict of an HF model folder (safetensors or PyTorch .bin, one file or sharded), read here rather than
-    by transformers: 4.21 cannot read safetensors."""
+    by transformers: 4.21 cannot read safetensors. A staged folder's files are checked against its manifest first."""
     import safetensors
     from safetensors.torch import load_file
 
+    check_staged(folder)
     state_dict: dict[str, torch.Tensor] = {}
     for path in _weight_files(Path(folder)):
         try:
@@ -271,6 +284,7 @@ def _load_in_dtype(
     import transformers
     from transformers import AutoModelForCausalLM
 
+    check_staged(source.pretrained_dir)
     major = int(transformers.__version__.split(".")[0])
     # 5.x renamed torch_dtype to dtype and always loads without a full extra copy (low_cpu_mem_usage is gone).
     options: dict[str, Any] = {"dtype": dtype} if major >= 5 else {"torch_dtype": dtype, "low_cpu_mem_usage": True}

@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from aws_cdk import CustomResource, Duration, Fn, Size, Stack, Token
+import jsii
+from aws_cdk import Aspects, CustomResource, Duration, Fn, IAspect, Size, Stack, Token
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
@@ -30,6 +31,10 @@ RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
 ASSET_EXCLUDES = ["__pycache__", "*.pyc", "*.pyo", ".pytest_cache", ".DS_Store"]
 # Room in /tmp for the source zip and the archive side by side; memory use does not depend on their size.
 EPHEMERAL_STORAGE = Size.gibibytes(4)
+# The packaging function's role lives under this folder of whatever IAM path the stack's roles get
+# (<role path>code-packaging/): the models bucket's policy lets only roles there write a handler folder
+# (infrastructure/storage_stack.py), and the storage stack cannot name a role another stack creates.
+ROLE_SUBPATH = "code-packaging/"
 
 
 class CodePackage(Construct):
@@ -184,6 +189,7 @@ class _PackagingProvider(Construct):
             assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
             description="Builds code archives for SageMaker; reads its source assets, writes only its prefixes",
         )
+        Aspects.of(self.handler_role).add(_UnderSubpath())
         handler_logs = logs.LogGroup(self, "HandlerLogs", retention=logs.RetentionDays.ONE_YEAR, encryption_key=log_key)
         handler_logs.grant_write(self.handler_role)
         self.handler = lambda_.Function(
@@ -306,3 +312,15 @@ class _PackagingProvider(Construct):
             ],
             apply_to_children=True,
         )
+
+
+@jsii.implements(IAspect)
+class _UnderSubpath:
+    """Put a role under ROLE_SUBPATH of the path it has when the app synthesizes: the stage places its stacks' roles
+    (stage.py) after they are built, so the folder is added last."""
+
+    def visit(self, node: object) -> None:
+        if isinstance(node, iam.CfnRole):
+            path = node.path or "/"
+            if not path.endswith(ROLE_SUBPATH):
+                node.path = f"{path}{ROLE_SUBPATH}"

@@ -30,13 +30,13 @@ class TrainingPipelines(Construct):
     serving: the stage's serving config (what a registered model package is meant to run on).
     names: the pipelines' and the model package group's names.
     training_role: the role the fine-tuning jobs run with.
-    staging_role: the role the weights-staging jobs run with: the training role, or with a Hugging Face token (gated
-        models) a role of their own, the only reader of the token.
+    staging_role: the role the weights-staging jobs run with, their own: the only writer of pretrained/ and the only
+        reader of the Hugging Face token (gated models).
     token_secret: the name of the stage's Hugging Face token secret, if it has one; gated repositories' steps get it.
     data_bucket, models_bucket, artifacts_bucket, encryption_key: the stage's storage.
     training_code: the jobs' packaged code.
-    handler: the DeepSpeed handler published under registration.HANDLER_PREFIX (engine deepspeed), which the Evaluate
-        job copies beside the fine-tuned weights; None for engines LMI serves with its own handler.
+    handler: the DeepSpeed handler published under registration.HANDLER_PREFIX (engine deepspeed), whose folder the
+        registered package's OPTION_ENTRYPOINT names; None for engines LMI serves with its own handler.
     serving_image: the LMI image a registered model package runs in.
     """
 

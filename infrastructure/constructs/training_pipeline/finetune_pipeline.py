@@ -259,21 +259,6 @@ def train_step(
     return TrainedModel(step=step, weights_uri=step.properties.ModelArtifacts.S3ModelArtifacts)
 
 
-def handler_copy(
-    serving: ServingConfig, training: TrainingConfig, trained: TrainedModel
-) -> registration.HandlerCopy | None:
-    """What the Evaluate job does besides evaluating, when the registered weights need the DeepSpeed handler beside
-    them: deploying the package directly needs it inside the weights prefix, and the Evaluate job writes it there
-    (registration.py), beside the report, so no job of its own starts for a 30 kB copy."""
-    if not registration.serves_handler(serving, training):
-        return None
-    return registration.handler_copy(
-        s3("ArtifactsBucket", registration.HANDLER_PREFIX) + sub("HandlerFolder"),
-        trained.weights_uri,
-        sub("HandlerFolder"),
-    )
-
-
 def evaluate_step(
     session,
     training: TrainingConfig,
@@ -281,10 +266,10 @@ def evaluate_step(
     region: str,
     prepared: PreparedData,
     trained: TrainedModel,
-    handler: registration.HandlerCopy | None,
 ) -> Evaluation:
-    """Evaluate: the fine-tuned model's perplexity on the validation split, as a JSON report (and the handler's copy
-    into the weights, when there is one)."""
+    """Evaluate: the fine-tuned model's perplexity on the validation split, as a JSON report. It writes nothing into
+    the weights: the handler a registered package needs there is written by the serving stack's code-packaging
+    function when it deploys the package (registration.py)."""
     sdk = sdk_classes()
     report = sdk.PropertyFile(name="EvaluationReport", output_name="evaluation", path="evaluation.json")
     # An adapter is evaluated applied to the base it was trained on (evaluate.py --base_model_dir).
@@ -307,7 +292,6 @@ def evaluate_step(
             instance_type=training.evaluate_instance_type,
             script="evaluate.py",
             image=images.processing_image(region, training.evaluate_instance_type, training.smp.version),
-            before=handler.command if handler else "",
         ).run(
             inputs=[
                 sdk.ProcessingInput(source=trained.weights_uri, destination=f"{PROCESSING}/model", input_name="model"),
@@ -316,7 +300,6 @@ def evaluate_step(
                 ),
                 code_input(),
                 *base,
-                *([handler.source] if handler else []),
             ],
             outputs=[
                 sdk.ProcessingOutput(
@@ -324,7 +307,6 @@ def evaluate_step(
                     source=f"{PROCESSING}/evaluation",
                     destination=per_run("DataBucket", bucket_layout.EVALUATION),
                 ),
-                *([handler.target] if handler else []),
             ],
         ),
         property_files=[report],
@@ -444,14 +426,7 @@ def finetune_definition(
     with offline_session(region) as session:
         prepared = prepare_step(session, training, region=region, parameters=parameters)
         trained = train_step(session, training, region=region, parameters=parameters, prepared=prepared)
-        evaluation = evaluate_step(
-            session,
-            training,
-            region=region,
-            prepared=prepared,
-            trained=trained,
-            handler=handler_copy(serving, training, trained),
-        )
+        evaluation = evaluate_step(session, training, region=region, prepared=prepared, trained=trained)
         model = registered_model(
             session,
             training,

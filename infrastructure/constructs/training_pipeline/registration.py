@@ -4,9 +4,13 @@ A full fine-tune's package is the Model the serving stack builds (infrastructure
 `lmi_model`): the LMI image, the fine-tuned weights as an uncompressed S3Prefix ModelDataSource (SageMaker copies
 them to /opt/ml/model), and the engine's serving.properties keys as OPTION_* variables. The DeepSpeed engine names its
 handler by path (OPTION_ENTRYPOINT), and a container has one ModelDataSource, so the handler must be inside the
-weights prefix: the Evaluate step writes it there (`<weights>inference/<sha256>/`, the folder the serving stack's
-CodeFolder writes too), so deploying the package directly finds it. The serving stack reads the weights prefix back
-from the package's ModelDataSource (infrastructure/serving_stack.py `_weights_uri`).
+weights prefix (`<weights>inference/<sha256>/`). No job of the pipeline writes it there: the fine-tuning jobs run
+with the training role, and a handler folder is code every prompt runs through, so the models bucket lets only the
+code-packaging function write one (infrastructure/storage_stack.py). The serving stack's CodeFolder writes it when it
+deploys the package, reading the weights prefix back from the package's ModelDataSource
+(infrastructure/serving_stack.py `_weights_uri`): the package is deployed through the serving stack, and the
+OPTION_ENTRYPOINT it records names the folder the handler of the same code gets (the training stack's
+RegistryHandler computes that name).
 
 An adapter's package (lora, qlora) records the adapter archive (the ArtifactUrl of its inference component) and
 names its base in the environment (infrastructure/constructs/adapter_components.py reads ADAPTER_S3_URI).
@@ -14,19 +18,14 @@ names its base in the environment (infrastructure/constructs/adapter_components.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
-
 from core import bucket_layout, serving_properties
 from core.config import ServingConfig, TrainingConfig
 from core.config.lora_serving import ADAPTER_ARCHIVE
 from core.endpoint_settings import MODEL_DIR
 
-# Where the training stack publishes the handler (a CodeFolder: <prefix>inference/<sha256>/), for the Evaluate job.
+# Where the training stack publishes the handler (a CodeFolder: <prefix>inference/<sha256>/): its folder's name is
+# the one the registered package's OPTION_ENTRYPOINT names.
 HANDLER_PREFIX = f"{bucket_layout.CODE}registry-deepspeed/"
-# The Evaluate job's copy of the handler: its input and output folders must differ (CreateProcessingJob refuses one
-# local path for both), so the job copies one to the other before its script starts.
-HANDLER_INPUT = "/opt/ml/processing/handler"
-HANDLER_OUTPUT = "/opt/ml/processing/served-handler"
 
 
 def serves_handler(serving: ServingConfig, training: TrainingConfig) -> bool:
@@ -70,32 +69,3 @@ def adapter_environment(training: TrainingConfig, serving: ServingConfig, traine
         "BASE_WEIGHTS_S3_URI": staged_uri,
         "TENSOR_PARALLEL_DEGREE": str(serving.tensor_parallel_degree),
     }
-
-
-class HandlerCopy(NamedTuple):
-    """How the Evaluate job copies the handler into the fine-tuned weights."""
-
-    source: Any  # ProcessingInput: the handler published in the artifacts bucket
-    target: Any  # ProcessingOutput: the same files at <weights>inference/<sha256>/, uploaded when the job ends
-    command: str  # the shell step that copies one to the other before the job's script starts
-
-
-def handler_copy(handler_uri: str, trained_weights, handler_folder: str) -> HandlerCopy:
-    """The Evaluate job's input (`handler_uri`: the handler published in the artifacts bucket), its output (the
-    same files at `<weights>inference/<sha256>/`, uploaded when the job ends) and the shell step that copies one to
-    the other."""
-    # deferred: the SDK's import is slow, and a synth served from synth_cache never needs it (offline_sdk.sdk_classes)
-    from sagemaker.processing import ProcessingInput, ProcessingOutput
-
-    # deferred: as above
-    from sagemaker.workflow.functions import Join
-
-    source = ProcessingInput(source=handler_uri, destination=HANDLER_INPUT, input_name="handler")
-    target = ProcessingOutput(
-        output_name="handler",
-        source=HANDLER_OUTPUT,
-        destination=Join(on="", values=[trained_weights, handler_folder]),
-    )
-    return HandlerCopy(
-        source=source, target=target, command=f"mkdir -p {HANDLER_OUTPUT} && cp -R {HANDLER_INPUT}/. {HANDLER_OUTPUT}/"
-    )

@@ -286,3 +286,21 @@ def test_a_folder_target_that_is_not_a_prefix_inside_the_weights_is_refused(s3, 
     put_asset(s3, {"model.py": ""})
     with pytest.raises(handler.PackagingError, match=message):
         handler.on_event(folder_event(**overrides))
+
+
+def test_a_planted_handler_file_with_forged_metadata_is_overwritten_with_the_packaged_bytes(s3):
+    """Whoever writes an object chooses its x-amz-meta-*: a file carrying the packaged file's hash in its metadata but
+    other bytes must not survive a deploy (issue 26, finding 1)."""
+    packaged = b"def handle(inputs):\n    return None\n"
+    put_asset(s3, {"model.py": packaged.decode(), "lmi_config.py": "X = 1\n"})
+    folder = f"pretrained/gpt-j-6b/0123abc/inference/{handler.on_event(folder_event())['Data']['Sha256']}/"
+    planted = b"import os\ndef handle(inputs):\n    os.system('exfiltrate')\n"
+    s3.put_object(
+        Bucket=ARTIFACTS,
+        Key=folder + "model.py",
+        Body=planted,
+        Metadata={"sha256": hashlib.sha256(packaged).hexdigest()},  # the packaged file's hash, forged
+    )
+    handler.on_event(folder_event("Update"))
+    assert s3.get_object(Bucket=ARTIFACTS, Key=folder + "model.py")["Body"].read() == packaged
+    assert s3.get_object(Bucket=ARTIFACTS, Key=folder + "lmi_config.py")["Body"].read() == b"X = 1\n"

@@ -10,9 +10,10 @@ Create / Update (archive: ArchiveName set)
     final key.
 Create / Update (folder: TargetUri set)
     The same files, uncompressed, under <TargetUri><Subfolder><sha256>/ (the hash of the archive the same files would
-    make): the handler beside the weights SageMaker delivers to /opt/ml/model. A file already there with the same
-    hash is left as it is, so a folder is written once and never changes; a Model names its own hash, so an older
-    Model (blue/green, rollback) keeps finding its own handler.
+    make): the handler beside the weights SageMaker delivers to /opt/ml/model. A file already there holding the same
+    bytes (compared by their SHA-256, never by the object's metadata, which its writer chooses) is left as it is;
+    any other object at the key is overwritten, so a deploy always leaves the packaged bytes. A Model names its own
+    hash, so an older Model (blue/green, rollback) keeps finding its own handler.
 Delete
     Keep the object: a rollback, a running training job or an endpoint scaling out may still read it. Tag an archive
     `superseded=true`; the artifacts bucket's lifecycle rule expires superseded objects after a grace period. If it
@@ -26,6 +27,7 @@ framework reports them to CloudFormation as the resource's failure reason, so th
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import logging
 import os
@@ -185,22 +187,46 @@ def _publish_folder(s3: Any, props: Properties, members: list[Member]) -> dict[s
 
 
 def _put_once(s3: Any, bucket: str, key: str, body: bytes) -> None:
-    digest = hashlib.sha256(body).hexdigest()
-    try:
-        head = s3.head_object(Bucket=bucket, Key=key)
-    except ClientError as err:
-        if err.response.get("Error", {}).get("Code") not in ("403", "404", "NoSuchKey", "NotFound", "Forbidden"):
-            raise PackagingError(f"could not check s3://{bucket}/{key}: {err}") from None
-        head = None
-    if head and head.get("Metadata", {}).get("sha256") == digest:
+    """Write `body` at `key` unless the object there already holds exactly these bytes.
+
+    The bytes are compared, never what the object says of itself: a writer sets its metadata (x-amz-meta-*) as it
+    likes, so a planted file carrying this file's hash in its metadata would otherwise outlive every deploy. The
+    files are a few kB, so reading one costs less than a request's latency."""
+    digest = hashlib.sha256(body)
+    if _current_sha256(s3, bucket, key) == digest.hexdigest():
         return  # written by an earlier run: the folder never changes once it is complete
     try:
-        s3.put_object(Bucket=bucket, Key=key, Body=body, Metadata={"sha256": digest})
+        s3.put_object(
+            Bucket=bucket,
+            Key=key,
+            Body=body,
+            Metadata={"sha256": digest.hexdigest()},
+            # S3 checks the upload against this digest and refuses the object if it differs.
+            ChecksumSHA256=base64.b64encode(digest.digest()).decode(),
+        )
     except ClientError as err:
         raise PackagingError(
             f"could not write s3://{bucket}/{key}: {err}; the code package function needs s3:PutObject there (and "
             "the bucket's KMS key, if it has one)"
         ) from None
+
+
+def _current_sha256(s3: Any, bucket: str, key: str) -> str | None:
+    """The SHA-256 of the bytes stored at `key`, or None when there is no object (or it cannot be read)."""
+    try:
+        response = s3.get_object(Bucket=bucket, Key=key)
+    except ClientError as err:
+        # Without s3:ListBucket, S3 answers 403 rather than 404 for a missing key. Either way: write.
+        if err.response.get("Error", {}).get("Code") not in ("403", "404", "NoSuchKey", "NotFound", "Forbidden"):
+            raise PackagingError(f"could not check s3://{bucket}/{key}: {err}") from None
+        return None
+    digest, stream = hashlib.sha256(), response["Body"]
+    try:
+        for chunk in stream.iter_chunks(1 << 20):
+            digest.update(chunk)
+    finally:
+        stream.close()
+    return digest.hexdigest()
 
 
 class _Discard:
