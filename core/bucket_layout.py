@@ -16,10 +16,11 @@ DATA_CAPTURE = "capture/"  # endpoint requests and responses, when data capture 
 PRETRAINED = "pretrained/"  # Hugging Face weights staged once, so no job depends on a hub at run time
 CHECKPOINTS = "checkpoints/"  # training checkpoints, synced by SageMaker from /opt/ml/checkpoints
 TRAINED = "trained/"  # fine-tuned weights, uncompressed, one prefix per training job
+REGISTERED = "registered/"  # a registered version's copy of its job's weights, one prefix per pipeline run
 # inside a served weights prefix: the inference handler, <weights>inference/<sha256>/ (infrastructure/code_archives.py)
 HANDLER_SUBFOLDER = "inference/"
 # where served weights prefixes are, each with a HANDLER_SUBFOLDER only the code-packaging function writes
-SERVED_WEIGHTS = (PRETRAINED, TRAINED)
+SERVED_WEIGHTS = (PRETRAINED, TRAINED, REGISTERED)
 
 # artifacts bucket
 CODE = "code/"  # content-addressed code archives (training sourcedir, LMI model.tar.gz)

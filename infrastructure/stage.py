@@ -111,6 +111,7 @@ class PlatformStage(Stage):
             names=stage_names.pipelines,
             training_role=self.storage.training_role.role,
             staging_role=self.storage.staging_role.role,
+            registry_role=self.storage.registry_role.role,
             token_secret=stage.huggingface_token_secret,
             data_bucket=self.storage.data_bucket,
             models_bucket=self.storage.models_bucket,

@@ -71,6 +71,9 @@ class StorageStack(Stack):
         # training role, which runs the fine-tuning code on the weights, only reads them.
         self.training_role = self._training_role(staged, images=training_images)
         self.staging_role = self._staging_role(staged, staging_images)
+        # What a model package serves is a copy of its job's weights that only the registry role writes
+        # (registered/): the training role could still change trained/ after the version was approved.
+        self.registry_role = self._registry_role(staging_images)
         self.huggingface_token = self._huggingface_token(stage.huggingface_token_secret, removal)
         self.hosting_role = self._hosting_role(stage, serving_images, endpoint_name)
 
@@ -220,7 +223,12 @@ class StorageStack(Stack):
         # Staged weights: only what the endpoint serves (a pinned commit's files, or every commit of the repository
         # it follows main of); fine-tuned weights: trained/.
         served = stage.serving.staged_weights
-        role.allow_read(self.models_bucket, *([served.read_prefix] if served else []), bucket_layout.TRAINED)
+        role.allow_read(
+            self.models_bucket,
+            *([served.read_prefix] if served else []),
+            bucket_layout.TRAINED,
+            bucket_layout.REGISTERED,
+        )
         role.allow_read(self.artifacts_bucket, bucket_layout.CODE)
         role.allow_write(self.data_bucket, bucket_layout.DATA_CAPTURE)
         role.allow_key(self.key, encrypt=True)
@@ -236,6 +244,7 @@ class StorageStack(Stack):
                 self.training_role.role.role_arn,
                 self.hosting_role.role.role_arn,
                 self.staging_role.role.role_arn,
+                self.registry_role.role.role_arn,
                 # The training and serving stacks' roles (the pipelines' role, the code-packaging handlers), by path.
                 self.format_arn(service="iam", region="", resource="role", resource_name=f"{role_path.strip('/')}/*"),
             ],
@@ -261,6 +270,7 @@ class StorageStack(Stack):
           the model.py there (OPTION_ENTRYPOINT) with every prompt, so no job, and no person, may put one.
         - pretrained/ (each commit's files, its record `<commit>.json`, and `main.json`, which names the commit the
           next deploy serves) is written by the staging role only, besides the handler folders above.
+        - registered/ (the weights a model package names) is written by the registry role only, likewise.
 
         aws:PrincipalArn is the role's ARN, not the session's, for whoever assumed it; the packaging roles are named
         by path, since CloudFormation names them in stacks deployed after this one."""
@@ -278,6 +288,11 @@ class StorageStack(Stack):
                 [self.models_bucket.arn_for_objects(f"{bucket_layout.PRETRAINED}*")],
                 [self.staging_role.role.role_arn, packaging],
             ),
+            (
+                "OnlyTheRegistryWritesRegistered",
+                [self.models_bucket.arn_for_objects(f"{bucket_layout.REGISTERED}*")],
+                [self.registry_role.role.role_arn, packaging],
+            ),
         ):
             self.models_bucket.add_to_resource_policy(
                 iam.PolicyStatement(
@@ -290,6 +305,26 @@ class StorageStack(Stack):
                     conditions={"ArnNotLike": {"aws:PrincipalArn": writers}},
                 )
             )
+
+    def _registry_role(self, images: list[str]) -> SageMakerExecutionRole:
+        """The fine-tuning pipeline's registry step (training/register_weights.py): copies a job's weights, exactly
+        the versions it read, from trained/ into registered/<run>/, which the model package then names."""
+        role = SageMakerExecutionRole(
+            self,
+            "RegistryRole",
+            description="Copies fine-tuned weights into registered/ before a version is registered",
+            log_groups=["/aws/sagemaker/ProcessingJobs"],
+            metric_namespaces=["/aws/sagemaker/ProcessingJobs"],
+            job_types=("processing-job",),
+        )
+        role.allow_read(self.models_bucket, bucket_layout.TRAINED, bucket_layout.REGISTERED)
+        role.allow_read_versions(self.models_bucket, bucket_layout.TRAINED)
+        role.allow_write(self.models_bucket, bucket_layout.REGISTERED)
+        role.allow_read(self.artifacts_bucket, bucket_layout.CODE)
+        role.allow_key(self.key, encrypt=True)
+        role.allow_volume_encryption(self.key)
+        role.allow_pull(*images)
+        return role
 
     def _staging_role(self, staged: list[str], images: list[str]) -> SageMakerExecutionRole:
         """The weights-staging jobs' own role: write the staged repositories' prefixes, read the code, use the key."""
@@ -416,6 +451,7 @@ class StorageStack(Stack):
             "TrainingRoleArn": self.training_role.role.role_arn,
             "HostingRoleArn": self.hosting_role.role.role_arn,
             "StagingRoleArn": self.staging_role.role.role_arn,
+            "RegistryRoleArn": self.registry_role.role.role_arn,
             "PassRoleGuardPolicy": self._pass_role_guard(role_path),
         }.items():
             CfnOutput(self, name, value=value)
@@ -423,7 +459,10 @@ class StorageStack(Stack):
     def _pass_role_guard(self, role_path: str) -> str:
         """The SCP that keeps the job roles to the platform (pass_role_guard.py), for the account owner to attach."""
         return pass_role_guard(
-            job_role_arns=[role.role.role_arn for role in (self.training_role, self.staging_role, self.hosting_role)],
+            job_role_arns=[
+                role.role.role_arn
+                for role in (self.training_role, self.staging_role, self.registry_role, self.hosting_role)
+            ],
             stage_role_arns=stage_role_pattern(self, role_path),
             cloudformation_role_arn=self._bootstrap_role(DefaultStackSynthesizer.DEFAULT_CLOUDFORMATION_ROLE_ARN),
         )

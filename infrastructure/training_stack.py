@@ -50,6 +50,7 @@ class TrainingStack(Stack):
         names: PipelineNames,
         training_role: iam.IRole,
         staging_role: iam.IRole,
+        registry_role: iam.IRole,
         data_bucket: s3.IBucket,
         models_bucket: s3.IBucket,
         artifacts_bucket: s3.IBucket,
@@ -78,6 +79,7 @@ class TrainingStack(Stack):
             names=names,
             training_role=training_role,
             staging_role=staging_role,
+            registry_role=registry_role,
             data_bucket=data_bucket,
             models_bucket=models_bucket,
             artifacts_bucket=artifacts_bucket,
@@ -88,7 +90,9 @@ class TrainingStack(Stack):
             token_secret=token_secret,
         )
         self.vpc_access = (
-            self._jobs_vpc_access(training, training_role, staging_role) if training.vpc is not None else None
+            self._jobs_vpc_access(training, training_role, (staging_role, registry_role))
+            if training.vpc is not None
+            else None
         )
         self._outputs(names)
         if forward_model_approvals_to:
@@ -108,7 +112,7 @@ class TrainingStack(Stack):
         )
 
     def _jobs_vpc_access(
-        self, training: TrainingConfig, training_role: iam.IRole, staging_role: iam.IRole
+        self, training: TrainingConfig, training_role: iam.IRole, other_roles: tuple[iam.IRole, ...]
     ) -> iam.Policy:
         """Every job of both pipelines runs in training.vpc (offline_sdk.network): SageMaker creates their network
         interfaces with the role each job runs with. An execution started right after a deploy must find the
@@ -119,7 +123,7 @@ class TrainingStack(Stack):
             role=training_role,
             vpc=training.vpc,
             jobs=True,
-            also=(staging_role,) if staging_role is not training_role else (),
+            also=tuple(role for role in other_roles if role is not training_role),
         )
         self.pipelines.finetune.node.add_dependency(policy)
         self.pipelines.staging.node.add_dependency(policy)

@@ -102,6 +102,10 @@ class SageMakerExecutionRole(Construct):
             conditions={"StringLike": {"s3:prefix": [f"{p}*" for p in prefixes]}},
         )
 
+    def allow_read_versions(self, bucket: s3.IBucket, *prefixes: str) -> None:
+        """Read a given version of objects under `prefixes` (HeadObject and CopyObject's source with a VersionId)."""
+        self._objects("ReadVersions", bucket, prefixes, ["s3:GetObjectVersion"])
+
     def allow_write(self, bucket: s3.IBucket, *prefixes: str, delete: bool = False) -> None:
         """Put objects under `prefixes` (and delete them, where SageMaker syncs deletions, e.g. checkpoints)."""
         actions = S3_WRITE_ACTIONS + (["s3:DeleteObject"] if delete else [])

@@ -124,6 +124,7 @@ def test_every_role_granted_the_stage_key_is_one_of_its_users(assembly, stage):
         "<TrainingRole.Arn>",
         "<HostingRole.Arn>",
         "<StagingRole.Arn>",
+        "<RegistryRole.Arn>",
         f"arn:aws:iam::<AWS::AccountId>:role/llm-platform/{stage}/*",
     ]
     granted = []

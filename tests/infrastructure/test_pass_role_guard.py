@@ -54,7 +54,12 @@ def test_every_stage_outputs_the_policy_over_its_own_job_roles(assembly, stage):
     rendered = joined[0].join(str(render(part)) for part in joined[1])
     document = json.loads(rendered)
     (statement,) = document["Statement"]
-    assert statement["Resource"] == ["<TrainingRole.Arn>", "<StagingRole.Arn>", "<HostingRole.Arn>"]
+    assert statement["Resource"] == [
+        "<TrainingRole.Arn>",
+        "<StagingRole.Arn>",
+        "<RegistryRole.Arn>",
+        "<HostingRole.Arn>",
+    ]
     principals = statement["Condition"]["ArnNotLike"]["aws:PrincipalArn"]
     assert principals[0].endswith(f":role/{PROJECT}/{stage}/*")
     assert principals[1].startswith("arn:aws:iam::<AWS::AccountId>:role/cdk-hnb659fds-cfn-exec-role-")

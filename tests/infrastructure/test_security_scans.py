@@ -85,18 +85,21 @@ def test_the_acknowledgement_page_is_current(assembly, promotion_assembly):
 CDK_NAG_PAIRS_BEFORE_ISSUE_14 = 132
 CHECKOV_SKIP_KINDS_BEFORE_ISSUE_14 = 8
 # Issue 26 made the staging role the only writer of pretrained/ (the training role, which runs the fine-tuning code,
-# no longer writes the weights it reads), so every stage has one, with what every job role needs acknowledged: its
-# jobs' log streams, its staged prefixes, the ECR login. It wins its place as a security fix; nothing else may.
-STAGING_ROLE = "Storage/StagingRole/Role/DefaultPolicy"
-STAGING_ROLE_PAIRS_SINCE_ISSUE_26 = 5
+# no longer writes the weights it reads) and a registry role the only writer of registered/ (what a model package
+# names), so every stage has both, each with what every job role needs acknowledged: its jobs' log streams, its
+# prefixes, the ECR login. They win their place as a security fix; nothing else may.
+ISSUE_26_JOB_ROLES = ("Storage/StagingRole/Role/DefaultPolicy", "Storage/RegistryRole/Role/DefaultPolicy")
+PAIRS_PER_JOB_ROLE = 5
 
 
 def test_fewer_acknowledgements_than_before_issue_14(assembly, promotion_assembly):
     found = collect_acknowledgements([assembly.outdir, promotion_assembly.outdir])
     pairs = sum(len(resources) for reasons in found.values() for resources in reasons.values())
-    staging = sum(STAGING_ROLE in resources for reasons in found.values() for resources in reasons.values())
-    assert staging == STAGING_ROLE_PAIRS_SINCE_ISSUE_26
-    assert pairs - staging < CDK_NAG_PAIRS_BEFORE_ISSUE_14
+    for role in ISSUE_26_JOB_ROLES:
+        assert sum(role in resources for reasons in found.values() for resources in reasons.values()) == (
+            PAIRS_PER_JOB_ROLE
+        ), role
+    assert pairs - PAIRS_PER_JOB_ROLE * len(ISSUE_26_JOB_ROLES) < CDK_NAG_PAIRS_BEFORE_ISSUE_14
     # The pipeline's artifact bucket is versioned now: neither pack acknowledges a missing version history any more.
     assert not [rule for rule in found if rule.endswith("S3BucketVersioningEnabled")]
     kinds = {

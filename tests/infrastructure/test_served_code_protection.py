@@ -75,13 +75,14 @@ def test_only_the_code_packaging_functions_write_a_handler_folder_of_served_weig
     assert statement["Action"] == "s3:PutObject"
     assert sorted(render(statement["Resource"])) == [
         "<Models.Arn>/pretrained/*/inference/*",
+        "<Models.Arn>/registered/*/inference/*",
         "<Models.Arn>/trained/*/inference/*",
     ]
     assert render(statement["Condition"]) == {
         "ArnNotLike": {"aws:PrincipalArn": [f"arn:aws:iam::{ACCOUNT}:role/{path}/code-packaging/*"]}
     }
     assert bucket_layout.HANDLER_SUBFOLDER == "inference/"
-    assert bucket_layout.SERVED_WEIGHTS == (bucket_layout.PRETRAINED, bucket_layout.TRAINED)
+    assert bucket_layout.SERVED_WEIGHTS == (bucket_layout.PRETRAINED, bucket_layout.TRAINED, bucket_layout.REGISTERED)
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -95,6 +96,23 @@ def test_only_the_staging_role_writes_staged_weights_and_their_records(assembly,
         "ArnNotLike": {
             "aws:PrincipalArn": [
                 "<StagingRole.Arn>",
+                f"arn:aws:iam::{ACCOUNT}:role/{path}/code-packaging/*",
+            ]
+        }
+    }
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_only_the_registry_role_writes_what_a_model_package_names(assembly, stage):
+    statement = models_policy(assembly, stage)["OnlyTheRegistryWritesRegistered"]
+    path = role_path(assembly, stage).strip("/")
+    assert statement["Effect"] == "Deny" and statement["Principal"] == {"AWS": "*"}
+    assert statement["Action"] == "s3:PutObject"
+    assert render(statement["Resource"]) == "<Models.Arn>/registered/*"
+    assert render(statement["Condition"]) == {
+        "ArnNotLike": {
+            "aws:PrincipalArn": [
+                "<RegistryRole.Arn>",
                 f"arn:aws:iam::{ACCOUNT}:role/{path}/code-packaging/*",
             ]
         }
@@ -124,6 +142,12 @@ HANDLER_KEYS = [
     "pretrained/gpt-j-6b/0123456789abcdef0123456789abcdef01234567/inference/abc/model.py",
     "trained/pipelines-x-Train-y/output/model/inference/abc/model.py",
     "trained/pipelines-x-Train-y/output/model/inference/abc/lmi_loading.py",
+    "registered/execution-1/inference/abc/model.py",
+]
+REGISTERED_KEYS = [
+    "registered/execution-1/model-00001-of-00002.safetensors",
+    "registered/execution-1/.registered.json",
+    "registered/execution-1/adapter.tar.gz",
 ]
 STAGED_KEYS = [
     "pretrained/gpt-j-6b/main.json",
@@ -139,6 +163,7 @@ def roles(assembly: Assembly, stage: str) -> dict[str, str]:
         "training": "<TrainingRole.Arn>",
         "hosting": "<HostingRole.Arn>",
         "staging": "<StagingRole.Arn>",
+        "registry": "<RegistryRole.Arn>",
         "packaging": f"arn:aws:iam::{ACCOUNT}:role/{path}/code-packaging/llm-dev-serving-CodePackaging-X",
         "pipelines": f"arn:aws:iam::{ACCOUNT}:role/{path}/llm-dev-training-PipelinesPipelineRole-X",
         "administrator": f"arn:aws:iam::{ACCOUNT}:role/Admin",
@@ -149,7 +174,7 @@ def roles(assembly: Assembly, stage: str) -> dict[str, str]:
 def test_no_role_but_the_packaging_function_can_put_a_handler_file(assembly, key):
     policy, who = models_policy(assembly, "prod"), roles(assembly, "prod")
     assert denied(policy, who["packaging"], key) == []
-    for role in ("training", "staging", "hosting", "pipelines", "administrator"):
+    for role in ("training", "staging", "registry", "hosting", "pipelines", "administrator"):
         assert denied(policy, who[role], key), role
 
 
@@ -157,7 +182,17 @@ def test_no_role_but_the_packaging_function_can_put_a_handler_file(assembly, key
 def test_no_role_but_the_staging_role_can_put_staged_weights_or_a_record(assembly, key):
     policy, who = models_policy(assembly, "prod"), roles(assembly, "prod")
     assert denied(policy, who["staging"], key) == []
-    for role in ("training", "hosting", "pipelines", "administrator"):
+    for role in ("training", "registry", "hosting", "pipelines", "administrator"):
+        assert denied(policy, who[role], key), role
+
+
+@pytest.mark.parametrize("key", REGISTERED_KEYS)
+def test_no_role_but_the_registry_role_can_change_a_registered_version(assembly, key):
+    """The training role writes trained/ and can change it after a version is approved: a package names the
+    registry's copy, which no job that trains can touch."""
+    policy, who = models_policy(assembly, "prod"), roles(assembly, "prod")
+    assert denied(policy, who["registry"], key) == []
+    for role in ("training", "staging", "hosting", "pipelines", "administrator"):
         assert denied(policy, who[role], key), role
 
 

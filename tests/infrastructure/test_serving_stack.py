@@ -207,6 +207,7 @@ def test_each_role_reads_only_the_staged_weights_it_needs(variants):
     assert model_reads(variants, "bloom", "Hosting") == {
         f"<Models.Arn>/pretrained/bloom-176b-deepspeed-int8-tp8/{BLOOM_INT8_COMMIT}/*",
         "<Models.Arn>/trained/*",
+        "<Models.Arn>/registered/*",
     }
     # The staging jobs and training run with the training role: the prefixes of what the stage stages.
     assert model_reads(variants, "bloom", "Training") == {
@@ -216,7 +217,7 @@ def test_each_role_reads_only_the_staged_weights_it_needs(variants):
         "<Models.Arn>/trained/*",
     }
     # Weights from elsewhere: nothing of pretrained/.
-    assert model_reads(variants, "package", "Hosting") == {"<Models.Arn>/trained/*"}
+    assert model_reads(variants, "package", "Hosting") == {"<Models.Arn>/trained/*", "<Models.Arn>/registered/*"}
 
 
 @pytest.mark.bad_input("config")

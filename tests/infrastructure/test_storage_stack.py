@@ -194,8 +194,11 @@ def test_hosting_role_reads_weights_and_code_and_writes_only_captured_data(assem
         ),
         "PublishMetrics": (["cloudwatch:PutMetricData"], ["*"]),
         "EcrLogin": (["ecr:GetAuthorizationToken"], ["*"]),
-        "ReadModelsPretrainedGptJ6bTrained": (READ, objects("Models", "pretrained/gpt-j-6b/", "trained/")),
-        "ListModelsPretrainedGptJ6bTrained": (["s3:ListBucket"], ["<Models.Arn>"]),
+        "ReadModelsPretrainedGptJ6bTrainedRegistered": (
+            READ,
+            objects("Models", "pretrained/gpt-j-6b/", "trained/", "registered/"),
+        ),
+        "ListModelsPretrainedGptJ6bTrainedRegistered": (["s3:ListBucket"], ["<Models.Arn>"]),
         "ReadArtifactsCode": (READ, objects("Artifacts", "code/")),
         "ListArtifactsCode": (["s3:ListBucket"], ["<Artifacts.Arn>"]),
         "WriteDataCapture": (WRITE, objects("Data", "capture/")),

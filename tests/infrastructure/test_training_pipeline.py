@@ -93,7 +93,10 @@ def test_steps_run_prepare_train_evaluate_then_register_or_fail():
             "RightValue": {"Get": "Parameters.PerplexityThreshold"},
         }
     ]
-    assert [s["Type"] for s in check["IfSteps"]] == ["RegisterModel"]
+    assert [(s["Name"], s["Type"]) for s in check["IfSteps"]] == [
+        ("CopyToRegistry", "Processing"),
+        ("Register-RegisterModel", "RegisterModel"),
+    ]
     assert [s["Type"] for s in check["ElseSteps"]] == ["Fail"]
 
 
@@ -301,6 +304,13 @@ def test_processing_steps_run_the_packaged_scripts_in_the_pytorch_image():
 
 
 TRAINED = {"Get": "Steps.Train.ModelArtifacts.S3ModelArtifacts"}
+# The registry's copy of the job's weights: what a model package names (CopyToRegistry).
+REGISTERED = {
+    "Std:Join": {
+        "On": "/",
+        "Values": ["s3://${ModelsBucket}/registered", {"Get": "Execution.PipelineExecutionId"}, ""],
+    }
+}
 
 
 def registered_container(defn: dict) -> dict:
@@ -316,7 +326,7 @@ def test_the_registered_package_is_the_model_the_endpoint_runs_and_no_job_writes
     # the handler named by its path inside that folder. No code archive, no WEIGHTS_S3_URI (the handler refuses it).
     assert container == {
         "Image": "lmi",
-        "ModelDataSource": {"S3DataSource": {"S3Uri": TRAINED, "S3DataType": "S3Prefix", "CompressionType": "None"}},
+        "ModelDataSource": {"S3DataSource": {"S3Uri": REGISTERED, "S3DataType": "S3Prefix", "CompressionType": "None"}},
         "Environment": environment_of(ServingConfig(), entry_point="/opt/ml/model/${HandlerFolder}model.py"),
     }
     assert register["ModelApprovalStatus"] == "PendingManualApproval"
@@ -334,7 +344,7 @@ def test_a_vllm_package_carries_no_handler_and_the_engines_keys():
     serving = ServingConfig(engine="vllm", model="gpt-j-6b", instance_type="ml.g5.2xlarge")
     defn = definition(TrainingConfig(), serving)
     container = registered_container(defn)
-    assert container["ModelDataSource"]["S3DataSource"]["S3Uri"] == TRAINED
+    assert container["ModelDataSource"]["S3DataSource"]["S3Uri"] == REGISTERED
     assert container["Environment"] == environment_of(serving)  # LMI's own vLLM service, no handler path
     evaluate = step(defn, "Evaluate")["Arguments"]
     assert "handler" not in {i["InputName"] for i in evaluate["ProcessingInputs"]}
@@ -350,7 +360,19 @@ def test_the_serving_stack_reads_the_weights_where_the_package_records_them():
     node = {"InferenceSpecification": {"Containers": [container]}}
     for key in PACKAGE_WEIGHTS.split("."):
         node = node[int(key)] if isinstance(node, list) else node[key]
-    assert node == TRAINED
+    assert node == REGISTERED
+
+
+def test_the_registry_role_copies_the_jobs_weights_before_the_package_names_the_copy():
+    """The training role can still change trained/ after a version is approved; the package names registered/, which
+    only the registry role writes (the models bucket's policy), copied from exactly the job's output."""
+    defn = definition()
+    copy = step(defn, "CopyToRegistry")["Arguments"]
+    assert copy["RoleArn"].endswith(":role/${RegistryRoleName}")
+    arguments = copy["AppSpecification"]["ContainerArguments"]
+    assert arguments[:4] == ["--source", TRAINED, "--destination", REGISTERED]
+    assert "register_weights.py" in copy["AppSpecification"]["ContainerEntrypoint"][2]
+    assert step(defn, "Register-RegisterModel")["DependsOn"] == ["CopyToRegistry"]
 
 
 def test_current_models_prepare_and_evaluate_in_the_smp_v2_image_and_staging_stays_on_the_pytorch_image():

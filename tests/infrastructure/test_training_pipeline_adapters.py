@@ -9,7 +9,7 @@ from functools import cache
 from core.catalog import images
 from core.config import TrainingConfig
 from core.config.lora_serving import ADAPTER_ARCHIVE
-from tests.infrastructure.test_training_pipeline import decoded, definition, staged_at, step
+from tests.infrastructure.test_training_pipeline import REGISTERED, decoded, definition, staged_at, step
 from training.finetune.hyperparameters import HYPERPARAMETER_NAMES, parse_hyperparameters
 
 LLAMA_RECORD = staged_at("pretrained/llama-3.1-8b/", "pretrained/llama-3.1-8b/main.json")
@@ -93,12 +93,11 @@ def test_the_registered_adapter_names_its_base_and_no_whole_model_weights() -> N
     register = step(lora_definition(), "Register-RegisterModel")["Arguments"]
     (container,) = register["InferenceSpecification"]["Containers"]
     # The package records the adapter archive its inference component loads (ArtifactUrl), not the stage's
-    # inference code, and nothing SageMaker would deliver as a whole model.
-    trained = {"Get": "Steps.Train.ModelArtifacts.S3ModelArtifacts"}
-    assert container["ModelDataUrl"] == {"Std:Join": {"On": "", "Values": [trained, ADAPTER_ARCHIVE]}}
+    # inference code, and nothing SageMaker would deliver as a whole model: in the registry's copy of the job's folder.
+    assert container["ModelDataUrl"] == {"Std:Join": {"On": "", "Values": [REGISTERED, ADAPTER_ARCHIVE]}}
     assert "ModelDataSource" not in container
     assert container["Environment"] == {
-        "ADAPTER_S3_URI": {"Get": "Steps.Train.ModelArtifacts.S3ModelArtifacts"},
+        "ADAPTER_S3_URI": REGISTERED,
         "ADAPTER_METHOD": "lora",
         "BASE_MODEL": "llama-3.1-8b",
         "BASE_MODEL_ID": "meta-llama/Llama-3.1-8B",

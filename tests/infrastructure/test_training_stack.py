@@ -62,10 +62,12 @@ def test_pipeline_role_runs_pipeline_jobs_passes_only_the_training_role_and_regi
         f"arn:aws:sagemaker:us-east-1:{account}:model-package/llm-platform-prod/*",
     ]
     actions, resources, condition = got["PassJobRoles"]
-    # The staging jobs run with a role of their own, the only writer of pretrained/, gated model or not.
-    assert actions == ["iam:PassRole"] and len(resources) == 2
-    assert sorted("TrainingRole" in r for r in resources) == [False, True]
-    assert sorted("StagingRole" in r for r in resources) == [False, True]
+    # The staging jobs run with a role of their own, the only writer of pretrained/, gated model or not; the
+    # registry step with another, the only writer of registered/.
+    assert actions == ["iam:PassRole"] and len(resources) == 3
+    assert sorted("TrainingRole" in r for r in resources) == [False, False, True]
+    assert sorted("StagingRole" in r for r in resources) == [False, False, True]
+    assert sorted("RegistryRole" in r for r in resources) == [False, False, True]
     assert condition == {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}
     assert got["ReadEvaluationReports"][:2] == (["s3:GetObject"], [resources_of_evaluation(got)])
     # Each run reads the commit to fine-tune from the staged weights' record (JsonGet): that one object.

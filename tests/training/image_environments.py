@@ -45,6 +45,7 @@ SELECTIONS = {
     # SMP v1 jobs, and the staging step, which runs in the same PyTorch 1.13.1 image.
     "smp-v1": [
         *BOTH_IMAGES,
+        "tests/training/test_register_weights.py",
         "tests/training/test_stage_model.py",
         "tests/training/test_training_smp_standins.py",
         "tests/training/test_training_smp_tensor_parallel.py",

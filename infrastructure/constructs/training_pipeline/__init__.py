@@ -32,6 +32,8 @@ class TrainingPipelines(Construct):
     training_role: the role the fine-tuning jobs run with.
     staging_role: the role the weights-staging jobs run with, their own: the only writer of pretrained/ and the only
         reader of the Hugging Face token (gated models).
+    registry_role: the role the registry step runs with: the only writer of registered/, the weights a model package
+        names.
     token_secret: the name of the stage's Hugging Face token secret, if it has one; gated repositories' steps get it.
     data_bucket, models_bucket, artifacts_bucket, encryption_key: the stage's storage.
     training_code: the jobs' packaged code.
@@ -50,6 +52,7 @@ class TrainingPipelines(Construct):
         names: PipelineNames,
         training_role: iam.IRole,
         staging_role: iam.IRole,
+        registry_role: iam.IRole,
         data_bucket: s3.IBucket,
         models_bucket: s3.IBucket,
         artifacts_bucket: s3.IBucket,
@@ -68,6 +71,7 @@ class TrainingPipelines(Construct):
             **({"HandlerFolder": handler.folder} if handler is not None else {}),
             "TrainingRoleName": training_role.role_name,
             "StagingRoleName": staging_role.role_name,
+            "RegistryRoleName": registry_role.role_name,
             "KeyArn": encryption_key.key_arn,
         }
         self.model_package_group = sagemaker.CfnModelPackageGroup(
@@ -76,7 +80,7 @@ class TrainingPipelines(Construct):
             model_package_group_name=names.model_package_group,
             model_package_group_description=f"{training.model} fine-tuned by {names.finetune}",
         )
-        job_roles = [training_role] + ([staging_role] if staging_role is not training_role else [])
+        job_roles = [training_role, staging_role, registry_role]
         self.role = self._pipeline_role(names, job_roles, encryption_key, data_bucket)
         self._allow_reading_staged_record(training, models_bucket)
         finetune_body = self._finetune_body(training, serving, names=names, serving_image=serving_image)

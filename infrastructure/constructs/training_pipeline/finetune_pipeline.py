@@ -1,7 +1,9 @@
 """The fine-tuning pipeline's definition, one function per step, each returning what the next steps read:
 
     PrepareData (processing) -> Train (SMP) -> Evaluate (processing, perplexity report)
-        -> CheckPerplexity: perplexity <= threshold ? Register (model package, PendingManualApproval) : Fail
+        -> CheckPerplexity: perplexity <= threshold
+             ? CopyToRegistry (processing: the weights into registered/<run>/) -> Register (PendingManualApproval)
+             : Fail
 
 Written by the SageMaker SDK, offline (offline_sdk.py).
 """
@@ -115,6 +117,13 @@ class PreparedData(NamedTuple):
 
 class TrainedModel(NamedTuple):
     """The Train step and where it writes the fine-tuned weights (or the adapter's folder)."""
+
+    step: Any
+    weights_uri: Any
+
+
+class RegisteredWeights(NamedTuple):
+    """The registry step and the copy of the job's weights it writes, the one the model package names."""
 
     step: Any
     weights_uri: Any
@@ -314,6 +323,30 @@ def evaluate_step(
     return Evaluation(step=step, report=report)
 
 
+def registry_step(session, training: TrainingConfig, *, region: str, trained: TrainedModel) -> RegisteredWeights:
+    """CopyToRegistry: copies the job's weights, exactly the object versions it reads, into registered/<run>/ with
+    the registry role, the only writer there (training/register_weights.py): the training role, which can still
+    change trained/, cannot change what a model package names."""
+    destination = per_run("ModelsBucket", bucket_layout.REGISTERED, "")
+    step = sdk_classes().ProcessingStep(
+        name="CopyToRegistry",
+        step_args=processor(
+            session,
+            training,
+            region=region,
+            name="copy-to-registry",
+            instance_type=training.processing_instance_type,
+            script="register_weights.py",
+            image=images.processing_image(region, training.processing_instance_type),
+            role="RegistryRoleName",
+        ).run(
+            inputs=[code_input()],
+            arguments=["--source", trained.weights_uri, "--destination", destination, "--region", region],
+        ),
+    )
+    return RegisteredWeights(step=step, weights_uri=destination)
+
+
 def registered_model(
     session,
     training: TrainingConfig,
@@ -321,24 +354,25 @@ def registered_model(
     *,
     serving_image: str,
     registered_environment: tuple[tuple[str, str], ...],
-    trained: TrainedModel,
+    weights: RegisteredWeights,
 ):
-    """The registered package's Model, the one an endpoint runs (registration.py): the LMI image, the fine-tuned
-    weights delivered by SageMaker, the engine's OPTION_* keys. An adapter's names its archive and its base."""
+    """The registered package's Model, the one an endpoint runs (registration.py): the LMI image, the registry's
+    copy of the fine-tuned weights delivered by SageMaker, the engine's OPTION_* keys. An adapter's names its
+    archive and its base."""
     env = (
         dict(registered_environment)
         if training.method == "full"
         else registration.adapter_environment(
             training,
             serving,
-            trained.weights_uri,
+            weights.weights_uri,
             staged_commit(training.staged_weights),
             staged_uri(training.staged_weights),
         )
     )
     return sdk_classes().Model(
         image_uri=serving_image,
-        model_data=registration.model_data(training, trained.weights_uri),
+        model_data=registration.model_data(training, weights.weights_uri),
         env=env,
         role=role_arn(),
         sagemaker_session=session,
@@ -346,13 +380,15 @@ def registered_model(
 
 
 def register_step(
-    model, training: TrainingConfig, serving: ServingConfig, *, names: PipelineNames
+    model, training: TrainingConfig, serving: ServingConfig, *, names: PipelineNames, weights: RegisteredWeights
 ) -> RegisteredPackage:
     """Register: the model package, pending manual approval, with its evaluation report and the exact commit it
     was fine-tuned from."""
     sdk = sdk_classes()
     step = sdk.ModelStep(
         name="Register",
+        # The package names the registry's copy: it must be complete first.
+        depends_on=[weights.step],
         step_args=model.register(
             content_types=["application/json"],
             response_types=["application/json"],
@@ -380,10 +416,10 @@ def register_step(
 
 
 def perplexity_gate(
-    evaluation: Evaluation, registered: RegisteredPackage, *, parameters: RunParameters
+    evaluation: Evaluation, weights: RegisteredWeights, registered: RegisteredPackage, *, parameters: RunParameters
 ) -> PerplexityGate:
-    """CheckPerplexity: registers the model when its perplexity is at most the run's threshold, else fails the run
-    with both numbers."""
+    """CheckPerplexity: copies the weights to the registry and registers the model when its perplexity is at most
+    the run's threshold, else fails the run with both numbers."""
     sdk = sdk_classes()
     perplexity = sdk.JsonGet(
         step_name=evaluation.step.name, property_file=evaluation.report, json_path="metrics.perplexity.value"
@@ -398,7 +434,7 @@ def perplexity_gate(
     step = sdk.ConditionStep(
         name="CheckPerplexity",
         conditions=[sdk.ConditionLessThanOrEqualTo(left=perplexity, right=parameters.perplexity_threshold)],
-        if_steps=[registered.step],
+        if_steps=[weights.step, registered.step],
         else_steps=[fail],
     )
     return PerplexityGate(step=step, fail=fail)
@@ -427,16 +463,17 @@ def finetune_definition(
         prepared = prepare_step(session, training, region=region, parameters=parameters)
         trained = train_step(session, training, region=region, parameters=parameters, prepared=prepared)
         evaluation = evaluate_step(session, training, region=region, prepared=prepared, trained=trained)
+        weights = registry_step(session, training, region=region, trained=trained)
         model = registered_model(
             session,
             training,
             serving,
             serving_image=serving_image,
             registered_environment=registered_environment,
-            trained=trained,
+            weights=weights,
         )
-        registered = register_step(model, training, serving, names=names)
-        gate = perplexity_gate(evaluation, registered, parameters=parameters)
+        registered = register_step(model, training, serving, names=names, weights=weights)
+        gate = perplexity_gate(evaluation, weights, registered, parameters=parameters)
         return serialize(
             sdk_classes().Pipeline(
                 name=names.finetune,

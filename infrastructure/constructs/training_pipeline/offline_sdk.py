@@ -33,6 +33,7 @@ PLACEHOLDERS = (
     "HandlerFolder",
     "TrainingRoleName",
     "StagingRoleName",
+    "RegistryRoleName",
     "KeyArn",
 )
 PSEUDO_PARAMETERS = ("AWS::Partition", "AWS::AccountId")
