@@ -18,6 +18,7 @@ from botocore.exceptions import ClientError
 
 from cli.errors import CliError, Exit, aws_errors
 from core.config import PlatformConfig, StageConfig
+from core.naming import StageNames
 
 # The stacks of a stage, named <project>-<stage>-<part> (infrastructure/stage.py).
 STACK_PARTS = ("storage", "training", "serving")
@@ -62,7 +63,7 @@ class Stage:
         return self.config.region
 
     def stack_name(self, part: str) -> str:
-        return f"{self.project}-{self.name}-{part}"
+        return StageNames(self.project, self.name).stack(part)
 
 
 def stages(config: PlatformConfig, config_path: str, only: str | None = None) -> list[Stage]:

@@ -9,14 +9,13 @@ table.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 from core.catalog.architectures import ARCHITECTURE_FILES, ARCHITECTURES, OLDEST_TRANSFORMERS
 from core.catalog.models import LMI_DEEPSPEED_TRANSFORMERS, MODELS, Model
-from generators.marked_section import MarkedSection
+from generators.generated_files import MarkedSection, command_line
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
@@ -91,35 +90,23 @@ def rewritten(page_text: str) -> str:
     return SECTION.rewritten(page_text, model_table())
 
 
-def stale_files() -> list[Path]:
-    """The generated files whose content is not what the records render."""
-    stale = [path for path in ARCHITECTURE_FILES if not path.is_file() or path.read_text() != architectures_json()]
-    if generated_part(README.read_text()) != model_table():
-        stale.append(README)
-    return stale
-
-
-def write(paths: list[Path]) -> None:
-    for path in paths:
-        path.write_text(rewritten(path.read_text()) if path == README else architectures_json())
+def expected_files() -> dict[Path, str]:
+    """Each generated file as the records render it: the JSON copies, and the README with its current table."""
+    return {
+        **dict.fromkeys(ARCHITECTURE_FILES, architectures_json()),
+        README: rewritten(README.read_text()),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m generators.architectures", description=__doc__.split("\n")[0])
-    action = parser.add_mutually_exclusive_group()
-    action.add_argument("--write", action="store_true", help="rewrite the JSON copies and the README's table")
-    action.add_argument("--check", action="store_true", help="exit 1 if a generated file is stale")
-    arguments = parser.parse_args(argv)
-    if not (arguments.write or arguments.check):
-        print(architectures_json() + "\n" + model_table())
-        return 0
-    stale = stale_files()
-    if arguments.check:
-        for path in stale:
-            print(f"{path.relative_to(REPO)} is stale; run {parser.prog} --write", file=sys.stderr)
-        return 1 if stale else 0
-    write(stale)
-    return 0
+    return command_line(
+        argv,
+        prog="python -m generators.architectures",
+        description=__doc__.split("\n")[0],
+        expected=expected_files,
+        preview=lambda: architectures_json() + "\n" + model_table(),
+        root=REPO,
+    )
 
 
 if __name__ == "__main__":

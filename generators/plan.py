@@ -14,7 +14,7 @@ import json
 import math
 from pathlib import Path
 
-from core import bucket_layout, failures, placement, sizing
+from core import bucket_layout, failures, naming, placement, sizing
 from core.catalog import lifecycle
 from core.config import (
     DEFAULT_CONFIG,
@@ -322,12 +322,12 @@ def describe_pipeline(config: PlatformConfig) -> list[str]:
         step += f" ({config.stage_account(name)})" + (" + smoke test" if name in promotion.smoke_test_after else "")
         steps.append(step)
     lines = [
-        f"Promotion pipeline {config.project}-promotion in {promotion.account}, {promotion.region}",
+        f"Promotion pipeline {naming.promotion_pipeline(config.project)} in {promotion.account}, {promotion.region}",
         f"  source: {watched}; synth: make synth",
         f"  {' -> '.join(steps)}",
     ]
     if promotion.trigger_on_model_approval:
-        groups = ", ".join(f"{config.project}-{name}" for name in config.stages)
+        groups = ", ".join(naming.StageNames(config.project, name).model_package_group for name in config.stages)
         lines.append(f"  also starts when a model version is approved in {groups}")
     return [*lines, ""]
 

@@ -10,12 +10,11 @@ Only the text between the markers is generated; the prose around it stays hand-w
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
-from generators.marked_section import MarkedSection
+from generators.generated_files import MarkedSection, command_line
 from model_artifacts.deepspeed import request_schema
 from model_artifacts.deepspeed.request_schema import Parameter
 
@@ -109,22 +108,15 @@ def rewritten(page_text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m generators.request_tables", description=__doc__.split("\n")[0])
-    action = parser.add_mutually_exclusive_group()
-    action.add_argument("--write", action="store_true", help="rewrite the section in both pages")
-    action.add_argument("--check", action="store_true", help="exit 1 if a page's section is stale")
-    arguments = parser.parse_args(argv)
-    if not (arguments.write or arguments.check):
-        print(section())
-        return 0
-    stale = [page for page in PAGES if generated_part(page.read_text()) != section()]
-    if arguments.check:
-        for page in stale:
-            print(f"{page.relative_to(REPO)}: request parameters are stale; run {parser.prog} --write", file=sys.stderr)
-        return 1 if stale else 0
-    for page in stale:
-        page.write_text(rewritten(page.read_text()))
-    return 0
+    return command_line(
+        argv,
+        prog="python -m generators.request_tables",
+        description=__doc__.split("\n")[0],
+        expected=lambda: {page: rewritten(page.read_text()) for page in PAGES},
+        preview=section,
+        root=REPO,
+        stale_message="{path}: request parameters are stale",
+    )
 
 
 if __name__ == "__main__":

@@ -215,7 +215,7 @@ def _check_component(component: ComponentConfig, serving: ServingConfig) -> None
             "model_artifacts/deepspeed) has no adapter API: set engine vllm, or serve the merged weights instead"
         )
     if model.architecture not in VLLM_LORA_ARCHITECTURES:
-        lora_models = sorted(n for n, m in _catalog().items() if m.architecture in VLLM_LORA_ARCHITECTURES)
+        lora_models = sorted(n for n, m in MODELS.items() if m.architecture in VLLM_LORA_ARCHITECTURES)
         raise ValueError(
             f"{where}: vLLM serves LoRA adapters only for models whose class supports LoRA; {serving.model} "
             f"({model.architecture}) does not. Catalog models it serves adapters for: {', '.join(lora_models)}"
@@ -251,8 +251,3 @@ def _check_component(component: ComponentConfig, serving: ServingConfig) -> None
             f"({lora.max_loras} adapters in one batch) or max_lora_rank ({lora.max_lora_rank}), shrink the KV cache "
             "(max_batch_size, context_tokens), or use larger GPUs"
         )
-
-
-def _catalog() -> dict[str, Any]:
-
-    return MODELS

@@ -200,14 +200,12 @@ def processor(
     image: str,
     volume_size_gib: int = 30,  # the SDK's default
     role: str = "TrainingRoleName",
-    before: str = "",
 ):
     """A processing job running one script of the training sourcedir in `image`, with `role` (a placeholder naming
     the role).
 
     The job's code is the same sourcedir.tar.gz the training job runs: unpack it, install what the image lacks
-    (training/requirements.txt, the hashed lock), run the shell step `before` if any, and run the script with the
-    step's arguments.
+    (training/requirements.txt, the hashed lock), and run the script with the step's arguments.
     """
     # The job can write to the stage's buckets, so pip installs nothing the lock has not hashed: --require-hashes
     # refuses any file whose sha256 the lock does not list and any package it would have to fetch that the lock
@@ -218,8 +216,7 @@ def processor(
     command = (
         f"set -eu; mkdir -p /opt/ml/code && tar -xzf {CODE_ARCHIVE} -C /opt/ml/code && cd /opt/ml/code "
         "&& python3 -m pip install --quiet --no-input --require-hashes --only-binary=:all: -r requirements.txt "
-        + (f"&& {before} " if before else "")
-        + f'&& exec python3 {script} "$@"'
+        f'&& exec python3 {script} "$@"'
     )
     return sdk_classes().Processor(
         role=role_arn(role),
