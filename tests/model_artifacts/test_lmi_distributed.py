@@ -17,6 +17,12 @@ from lmi_distributed import Ranks, shared_random_seed
 HANDLER_DIR = Path(__file__).resolve().parents[2] / "model_artifacts" / "deepspeed"
 
 
+def _results_manager():
+    """The ranks' shared results, served by a process started fresh (spawn): a manager forked from the pytest worker,
+    which runs tokenizers' and torch's threads, can inherit one of their locks held and hang forever."""
+    return mp.get_context("spawn").Manager()
+
+
 def test_ranks_come_from_torch_names_or_from_open_mpi():
     assert Ranks.from_environ({}) == Ranks(rank=0, local_rank=0, world_size=1)
     assert Ranks.from_environ({"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4"}) == Ranks(3, 1, 4)
@@ -42,7 +48,7 @@ def _rank_main(rank: int, rendezvous: str, results) -> None:
 
 
 def test_every_rank_draws_the_same_seed(tmp_path):
-    with mp.Manager() as manager:
+    with _results_manager() as manager:
         results = manager.dict()
         mp.start_processes(
             _rank_main, args=(str(tmp_path / "rendezvous"), results), nprocs=2, join=True, start_method="fork"
@@ -99,7 +105,7 @@ def test_every_rank_loads_the_delivered_folder_without_the_network(tmp_path):
     delivered = tmp_path / "opt-ml-model"
     delivered.mkdir()
     (delivered / "config.json").write_text('{"model_type": "bloom"}')
-    with mp.Manager() as manager:
+    with _results_manager() as manager:
         results = manager.dict()
         mp.start_processes(
             _handler_rank, args=(str(tmp_path), str(delivered), results), nprocs=2, join=True, start_method="fork"
