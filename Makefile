@@ -32,7 +32,7 @@ export CDK_HOME := $(CURDIR)/.cdk-home
 export SAGEMAKER_SUPPRESS_V2_WARNING := 1
 export DS_ACCELERATOR := cpu
 
-.PHONY: help synth deploy diff destroy test test-containers lock check-upstream lint format clean local-serve local-train acknowledgements diagram docs rehearse \
+.PHONY: help synth deploy diff destroy test test-containers lock check-upstream lint format clean local-serve local-train acknowledgements diagram docs rehearse rehearse-promotion \
 	bench bench-gpu gpu-check
 
 help:
@@ -48,6 +48,7 @@ help:
 	@echo "make local-serve           serve the inference handler on 127.0.0.1:\$$PORT (MODEL=dir|s3://..., default a tiny GPT-J)"
 	@echo "make local-train [STAGE=dev]  run the synthesized Train step through the SageMaker training toolkit, on CPU"
 	@echo "make rehearse [STAGE=prod]  deploy a stage onto moto's AWS emulator with the real CDK CLI, check it, destroy it"
+	@echo "make rehearse-promotion [FROM=dev TO=staging]  copy an approved version across two accounts on moto, checked"
 	@echo "make bench                 measure synth, handler, training, artifacts, cold start, suite into BENCHMARKS.md"
 	@echo "make bench-gpu [GPU_PYTHON=...]  the GPU figures (DeepSpeed vs HF generate, train.py tokens/s), on a CUDA GPU"
 	@echo "make gpu-check [GPU_PYTHON=...]  on one CUDA GPU: the handler's kernel injection and int8 against HF generate,"
@@ -132,6 +133,12 @@ local-train: $(VENV)/.test-deps synth
 # OVERLAY names another.
 rehearse: $(VENV)/.test-deps node_modules/.installed
 	$(PY) -m rehearsal.rehearse --config $(CONFIG) $(if $(STAGE),--stage $(STAGE)) $(if $(OVERLAY),--overlay $(OVERLAY))
+
+# Promotion rehearsal (issue 24): an approved version copied from one stage's account into another's on moto's
+# server, through the real promotion handler; config/examples/promotion.yaml unless CONFIG names another.
+rehearse-promotion: $(VENV)/.test-deps node_modules/.installed
+	$(PY) -m rehearsal.promotion $(if $(filter-out file,$(origin CONFIG)),--config $(CONFIG)) \
+		$(if $(FROM),--from-stage $(FROM)) $(if $(TO),--to-stage $(TO))
 
 # --- measurements -----------------------------------------------------------------------------------------------
 

@@ -17,10 +17,14 @@ PRETRAINED = "pretrained/"  # Hugging Face weights staged once, so no job depend
 CHECKPOINTS = "checkpoints/"  # training checkpoints, synced by SageMaker from /opt/ml/checkpoints
 TRAINED = "trained/"  # fine-tuned weights, uncompressed, one prefix per training job
 REGISTERED = "registered/"  # a registered version's copy of its job's weights, one prefix per pipeline run
+# a version approved in another stage, copied in by the promotion role: promoted/<source group>/<version>/
+PROMOTED = "promoted/"
+# what a model package names, so what another stage's promotion reads: a registered copy, or a promoted one (chains)
+PACKAGED_WEIGHTS = (REGISTERED, PROMOTED)
 # inside a served weights prefix: the inference handler, <weights>inference/<sha256>/ (infrastructure/code_archives.py)
 HANDLER_SUBFOLDER = "inference/"
 # where served weights prefixes are, each with a HANDLER_SUBFOLDER only the code-packaging function writes
-SERVED_WEIGHTS = (PRETRAINED, TRAINED, REGISTERED)
+SERVED_WEIGHTS = (PRETRAINED, TRAINED, REGISTERED, PROMOTED)
 
 # artifacts bucket
 CODE = "code/"  # content-addressed code archives (training sourcedir, LMI model.tar.gz)

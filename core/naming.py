@@ -14,6 +14,13 @@ VARIANT_POLICY_SUFFIXES = {"concurrency": "concurrent-requests", "invocations": 
 COMPONENT_POLICY_SUFFIXES = {"concurrency": "concurrent-requests", "invocations": "invocations-per-copy"}
 
 
+# The serving stack's outputs of a stage whose weights are promoted from another stage (weights source 'promoted'):
+# what each release deployed, read by the pipeline's smoke test and by `llmp status`.
+SERVED_PACKAGE_OUTPUT = "ServedModelPackageArn"  # the version of the stage's own group it serves
+PROMOTED_FROM_OUTPUT = "PromotedFromPackageArn"  # the approved version it was copied from
+SERVED_DIGEST_OUTPUT = "ServedWeightsDigest"  # promotion/weights_record.py files_digest of what it serves
+
+
 def promotion_pipeline(project: str) -> str:
     """The CodePipeline that takes a commit through the stages."""
     return f"{project}-promotion"
@@ -88,6 +95,17 @@ class StageNames:
         """The IAM path of the roles the stage's training and serving stacks create: the stage key trusts this path,
         as their names are CloudFormation's to choose and are not known when the storage stack deploys."""
         return f"/{self.project}/{self.stage}/"
+
+    @property
+    def promotion_role(self) -> str:
+        """The role that copies an approved version from another stage into this one (weights source 'promoted'):
+        named, because the source stage's bucket, key and model package group name it before it exists."""
+        return f"{self.prefix}-promotion"
+
+    def promotion_role_arn(self, partition: str, account: str) -> str:
+        """The promotion role's ARN, under the stage's role path: what a source stage's policies name before the
+        role exists (they name it as a condition on aws:PrincipalArn, which needs no existing principal)."""
+        return f"arn:{partition}:iam::{account}:role{self.role_path}{self.promotion_role}"
 
     @property
     def smoke_test_role(self) -> str:

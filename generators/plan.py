@@ -27,6 +27,7 @@ from core.config import (
     lora_serving,
     lora_training,
 )
+from core.config import promotion as stage_promotion
 from core.config.components import ComponentConfig
 
 # A new GPU instance, from the scaling decision to the container's start: AWS gives no figure ("the provisioning
@@ -304,6 +305,13 @@ def describe_weights(serving: ServingConfig) -> str:
     if weights.source == "latest_approved":
         group = weights.model_package_group or "the stage's own group"
         return f"the newest approved model package of {group} (looked up at deploy time, again on each release)"
+    if weights.source == "promoted":
+        which = f"version {weights.version}" if weights.version else "the newest Approved version"
+        return (
+            f"{which} of {weights.from_stage}'s group, copied into this stage's models bucket ({bucket_layout.PROMOTED}"
+            f"<group>/<version>/), checked file by file and registered in this stage's group when the stack deploys"
+            + ("" if weights.version else ", looked up again on each release")
+        )
     return f"model package {weights.model_package_arn} (read at deploy time)"
 
 
@@ -327,8 +335,10 @@ def describe_pipeline(config: PlatformConfig) -> list[str]:
         f"  {' -> '.join(steps)}",
     ]
     if promotion.trigger_on_model_approval:
-        groups = ", ".join(naming.StageNames(config.project, name).model_package_group for name in config.stages)
+        groups = ", ".join(stage_promotion.approval_groups(config))
         lines.append(f"  also starts when a model version is approved in {groups}")
+    for site in stage_promotion.promoted_sites(config):
+        lines.append(f"  {site.stage} serves what {site.from_stage} approved, copied at deploy ({site.field})")
     return [*lines, ""]
 
 

@@ -14,6 +14,7 @@ API_TESTS = "tests/core/test_api_limits.py::test_every_rule_refuses_a_value_just
 TRAINING_TESTS = "tests/core/test_training_config.py"
 SERVING_TESTS = "tests/core/test_serving_config.py"
 LOADING_TESTS = "tests/core/test_config_loading.py"
+PROMOTION_TESTS = "tests/core/test_promotion_config.py::test_refuses_a_promotion_that_cannot_deploy"
 
 # Checks that are not API-member limits: (group, what synth refuses, source of the limit, test).
 CHECKS: tuple[tuple[str, str, str, str], ...] = (
@@ -207,6 +208,33 @@ CHECKS: tuple[tuple[str, str, str, str], ...] = (
         "pip's hash-checking mode, as the SageMaker training toolkit runs it (pip install -r requirements.txt)",
         "tests/infrastructure/test_code_archives.py::test_synth_refuses_training_requirements_pip_would_install_unhashed",
     ),
+    *(
+        ("Promotion between stages", what, source, PROMOTION_TESTS)
+        for what, source in (
+            (
+                "weights source promoted from a stage the file does not have, from the stage itself, or from a later "
+                "stage",
+                "stages deploy in the file's order: the source's grants and versions must exist first",
+            ),
+            (
+                "a promotion between a stage with an account and one without",
+                "the source grants the promoting stage's role by its account",
+            ),
+            (
+                "a promotion across partitions (aws, aws-cn, aws-us-gov)",
+                "IAM principals of one partition cannot be granted another's resources",
+            ),
+            (
+                "a promoted site whose source stage's fine-tuning makes the other kind of version (whole models for an "
+                "adapter, adapters for whole weights) or another model than the one served",
+                "what the source's model package group holds (core/config/promotion.py origin)",
+            ),
+            (
+                "a promotion into a region without the serving image the source's versions were registered for",
+                "the SageMaker SDK's image_uris tables (core/catalog/images.py)",
+            ),
+        )
+    ),
 )
 
 HEADER = """# Checks synth performs
@@ -259,6 +287,7 @@ GROUP_ORDER = (
     "S3",
     "CloudFormation",
     "Regions",
+    "Promotion between stages",
     "Hugging Face Hub",
     "pip (hash-checking mode)",
     "SMP (smp.init and its modules)",

@@ -24,6 +24,7 @@ from cdk_nag import NagPackSuppression, NagSuppressions, RegexAppliesTo
 from constructs import Construct
 
 from core.config import PlatformConfig
+from core.config import promotion as stage_promotion
 from core.naming import (
     StageNames,
     component_name,
@@ -69,10 +70,14 @@ def smoke_test_command(config: PlatformConfig, name: str) -> str:
     serving = config.stages[name].serving
     endpoint_name = StageNames(config.project, name).endpoint
     shorts = [c.name for c in serving.components] + adapter_names(serving)
+    # A promoted stage must serve exactly the version this release copied: the digest its serving stack recorded.
+    digest = ' --expect-digest "$SERVED_DIGEST"' if stage_promotion.promotes(config, name) else ""
     return (
         'python3 scripts/smoke_test.py --endpoint-name "$ENDPOINT_NAME" --region "$STAGE_REGION" '
         '--pipeline-name "$PIPELINE_NAME" --role-arn "$SMOKE_TEST_ROLE_ARN" '
-        f"--engine {serving.engine}" + "".join(f" --component {component_name(endpoint_name, s)}" for s in shorts)
+        f"--engine {serving.engine}"
+        + "".join(f" --component {component_name(endpoint_name, s)}" for s in shorts)
+        + digest
     )
 
 
@@ -210,6 +215,7 @@ class PipelineStack(Stack):
                 "ENDPOINT_NAME": stage.serving.endpoint_name_output,
                 "PIPELINE_NAME": stage.training.finetune_pipeline_output,
                 "SMOKE_TEST_ROLE_ARN": stage.serving.smoke_test_role_output,
+                **({"SERVED_DIGEST": stage.serving.served_digest_output} if stage.serving.served_digest_output else {}),
             },
             install_commands=[f"python3 -m pip install --quiet boto3=={BOTO3_VERSION}"],
             commands=[smoke_test_command(config, name)],
@@ -220,7 +226,7 @@ class PipelineStack(Stack):
     def _trigger_on_model_approval(self, config: PlatformConfig) -> None:
         """Approving a model version in a stage's registry starts a release, so it passes the same gates as code."""
         promotion = config.pipeline
-        groups = [StageNames(config.project, name).model_package_group for name in config.stages]
+        groups = stage_promotion.approval_groups(config)
         rule_name = f"{self.pipeline_name}-on-model-approval"
         start_role = event_rule_role(
             self,
@@ -242,6 +248,7 @@ class PipelineStack(Stack):
                 config.stage_account(name)
                 for name, stage in config.stages.items()
                 if (config.stage_account(name), stage.region) != (promotion.account, promotion.region)
+                and not stage_promotion.promotes(config, name)
             }
         )
         for account in senders:

@@ -15,14 +15,25 @@ from aws_cdk import custom_resources as cr
 from cdk_nag import NagPackSuppression, NagSuppressions, RegexAppliesTo
 from constructs import Construct
 
+from core import bucket_layout
 from core.catalog.models import StagedWeights
 from core.config import ServingConfig
-from core.naming import component_name, smoke_test_role_name, smoke_test_runner_role_name
+from core.config.promotion import PromotionSource
+from core.naming import (
+    PROMOTED_FROM_OUTPUT,
+    SERVED_DIGEST_OUTPUT,
+    SERVED_PACKAGE_OUTPUT,
+    StageNames,
+    component_name,
+    smoke_test_role_name,
+    smoke_test_runner_role_name,
+)
 from infrastructure import code_archives
 from infrastructure.constructs import inference_components, package_lookup
 from infrastructure.constructs.adapter_components import AdapterComponents, adapter_names
 from infrastructure.constructs.execution_role import vpc_access_policy
 from infrastructure.constructs.lmi_endpoint import LmiEndpoint
+from infrastructure.constructs.promoted_weights import PromotedVersion, PromotionProvider
 
 AWS_CUSTOM_RESOURCE_SINGLETON = "AWS679f53fac002430cb0da5b7982bd2287"
 # The deploy-time lookup of where the served weights are, whichever the source: a stage has at most one.
@@ -41,6 +52,34 @@ class WeightsSources:
     default_group: str
     release: str
     encryption_key: kms.IKey
+    promote: Promote | None = None  # weights source 'promoted': copies a source's version in at deploy time
+
+
+@dataclasses.dataclass
+class Promote:
+    """Promotion into this stage: its names, the stages it promotes from, the image its copies are registered for,
+    and what each release promoted (the first site's version is the stack's record, SERVED_*_OUTPUT)."""
+
+    names: StageNames
+    sources: dict[str, PromotionSource]
+    image_uri: str
+    promoted: list[PromotedVersion] = dataclasses.field(default_factory=list)
+
+    def __call__(self, where: Construct, construct_id: str, weights: Any, sources: WeightsSources) -> str:
+        """The ARN of this stage's copy of `weights`' source version (a deploy-time value)."""
+        provider = PromotionProvider.of(
+            where, names=self.names, models_bucket=sources.models_bucket, encryption_key=sources.encryption_key
+        )
+        version = provider.promote(
+            where,
+            construct_id,
+            source=self.sources[weights.from_stage],
+            version=weights.version,
+            image_uri=self.image_uri,
+            release=sources.release,
+        )
+        self.promoted.append(version)
+        return version.package_arn
 
 
 class ServingStack(Stack):
@@ -77,6 +116,7 @@ class ServingStack(Stack):
         finetune_pipeline_name: str,
         release: str = "",
         smoke_test_account: str | None = None,
+        promote: Promote | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -86,6 +126,7 @@ class ServingStack(Stack):
             default_group=model_package_group,
             release=release,
             encryption_key=encryption_key,
+            promote=promote,
         )
         component_scopes = self._component_scopes(serving)
         components = {name: self._served(where, config, sources) for name, (where, config) in component_scopes.items()}
@@ -109,6 +150,7 @@ class ServingStack(Stack):
             self._wait_for_network_access(network_policy)
         self.adapters = self._adapter_components(serving, endpoint_name, sources) if adapter_names(serving) else None
         self._outputs(endpoint_name)
+        self.served_digest_output = self._promotion_outputs(promote)
         self.smoke_test_role_output = (
             self._smoke_test_role(
                 endpoint_name,
@@ -116,6 +158,7 @@ class ServingStack(Stack):
                 smoke_test_account,
                 components=[component_name(endpoint_name, c.name) for c in serving.components]
                 + [component_name(endpoint_name, a) for a in adapter_names(serving)],
+                promoted=sources if self.served_digest_output else None,
             )
             if smoke_test_account
             else None
@@ -176,6 +219,9 @@ class ServingStack(Stack):
             default_group=sources.default_group,
             release=sources.release,
             encryption_key=sources.encryption_key,
+            promote=(lambda where, cid, weights: sources.promote(where, cid, weights, sources))
+            if sources.promote
+            else None,
         )
         if adapters.lookups:
             self._suppress_lookup_findings()
@@ -188,6 +234,17 @@ class ServingStack(Stack):
         self.endpoint_name_output = CfnOutput(self, "EndpointName", value=endpoint_name)
         if self.code is not None:
             CfnOutput(self, "InferenceCodeUri", value=self.code.s3_uri)
+
+    def _promotion_outputs(self, promote: Promote | None) -> CfnOutput | None:
+        """What this release serves, when it is promoted: the version of the stage's group, the version it was
+        copied from, and the copy's digest (the smoke test compares the endpoint's weights with it; llmp status shows
+        them). The first promoted site's: the endpoint's weights, else its first component's or adapter's."""
+        if promote is None or not promote.promoted:
+            return None
+        served = promote.promoted[0]
+        CfnOutput(self, SERVED_PACKAGE_OUTPUT, value=served.package_arn)
+        CfnOutput(self, PROMOTED_FROM_OUTPUT, value=served.source_package_arn)
+        return CfnOutput(self, SERVED_DIGEST_OUTPUT, value=served.digest)
 
     def _weights_uri(self, serving: ServingConfig, sources: WeightsSources, *, scope: Construct) -> str:
         """The S3 prefix of the weights to serve; what only exists once something ran (a staging, a registered model
@@ -252,6 +309,10 @@ class ServingStack(Stack):
             )
             package_arn = latest.get_response_field(package_lookup.NEWEST_ARN)
             package_resources = [package_lookup.versions_arn(self, group)]
+        elif weights.source == "promoted":
+            latest = None
+            package_arn = sources.promote(scope, "PromotedWeights", weights, sources)
+            package_resources = [package_lookup.versions_arn(self, sources.default_group)]
         else:
             latest = None
             package_arn, package_resources = weights.model_package_arn, [weights.model_package_arn]
@@ -336,7 +397,13 @@ class ServingStack(Stack):
         )
 
     def _smoke_test_role(
-        self, endpoint_name: str, pipeline_name: str, account: str, *, components: list[str]
+        self,
+        endpoint_name: str,
+        pipeline_name: str,
+        account: str,
+        *,
+        components: list[str],
+        promoted: WeightsSources | None,
     ) -> CfnOutput:
         """What the promotion pipeline's smoke test may do in this stage: invoke the endpoint (also streamed) and
         describe it, and look up the fine-tuning pipeline. `components`: the inference components (adapters
@@ -381,7 +448,72 @@ class ServingStack(Stack):
                 resources=[self.format_arn(service="sagemaker", resource="pipeline", resource_name=pipeline_name)],
             )
         )
+        if promoted is not None:
+            self._allow_checking_served_weights(role, endpoint_name, promoted)
         return CfnOutput(self, "SmokeTestRoleArn", value=role.role_arn)
+
+    def _allow_checking_served_weights(self, role: iam.Role, endpoint_name: str, sources: WeightsSources) -> None:
+        """A promoted stage's smoke test follows the endpoint to the weights it serves and compares their record
+        with the release's digest (scripts/smoke_test.py --expect-digest): describe the endpoint's configs, models
+        and components, read the record and each file's checksum under promoted/, decrypting through S3 only."""
+        arn = self.format_arn
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=[
+                    "sagemaker:DescribeEndpointConfig",
+                    "sagemaker:DescribeModel",
+                    "sagemaker:DescribeInferenceComponent",
+                ],
+                resources=[
+                    arn(service="sagemaker", resource="endpoint-config", resource_name=f"{endpoint_name}*"),
+                    arn(service="sagemaker", resource="model", resource_name="*"),
+                    arn(service="sagemaker", resource="inference-component", resource_name=f"{endpoint_name}*"),
+                ],
+            )
+        )
+        # ListInferenceComponents has no resource-level permissions.
+        role.add_to_policy(iam.PolicyStatement(actions=["sagemaker:ListInferenceComponents"], resources=["*"]))
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["s3:GetObject"],
+                resources=[sources.models_bucket.arn_for_objects(f"{bucket_layout.PROMOTED}*")],
+            )
+        )
+        # Listing finds a file beside the recorded ones (which the engine might load), and tells a missing record
+        # (404) from a refused one (403).
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["s3:ListBucket"],
+                resources=[sources.models_bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{bucket_layout.PROMOTED}*"]}},
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["kms:Decrypt"],
+                resources=[sources.encryption_key.key_arn],
+                conditions={"StringEquals": {"kms:ViaService": f"s3.{self.region}.{self.url_suffix}"}},
+            )
+        )
+        NagSuppressions.add_resource_suppressions(
+            role,
+            [
+                NagPackSuppression(
+                    id="AwsSolutions-IAM5",
+                    reason="The smoke test of a promoted stage reads the served weights' record and checksums under "
+                    "promoted/, and describes the endpoint's configs and models, whose names CloudFormation "
+                    "generates; ListInferenceComponents has no resource-level permissions",
+                    applies_to=[
+                        "Resource::*",
+                        RegexAppliesTo(regex=r"/^Resource::<.*\.Arn>\/promoted\/\*$/"),
+                        RegexAppliesTo(
+                            regex=r"/^Resource::arn:[^:]+:sagemaker:[^:]+:.+:(endpoint-config|model|inference-component)\/.*\*$/"
+                        ),
+                    ],
+                )
+            ],
+            apply_to_children=True,
+        )
 
     def _suppress_lookup_findings(self, *lookups: cr.AwsCustomResource) -> None:
         # The CDK runs every AwsCustomResource of a stack through one singleton function at the stack's top.

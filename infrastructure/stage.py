@@ -10,9 +10,9 @@ from aws_cdk.region_info import RegionInfo
 from constructs import Construct
 
 from core.catalog import images
-from core.config import PlatformConfig
+from core.config import PlatformConfig, promotion
 from core.naming import StageNames
-from infrastructure.serving_stack import ServingStack
+from infrastructure.serving_stack import Promote, ServingStack
 from infrastructure.storage_stack import StorageStack
 from infrastructure.training_stack import TrainingStack
 
@@ -93,6 +93,11 @@ class PlatformStage(Stage):
             ],
             serving_images=[serving_image],
             staging_images=[images.processing_image(stage.region, stage.training.processing_instance_type)],
+            promotion_role=stage_names if promotion.promotes(config, stage_name) else None,
+            promotion_readers=[
+                (account, StageNames(config.project, target))
+                for target, account in promotion.promoted_into(config, stage_name).items()
+            ],
         )
 
     def _training_stack(
@@ -119,6 +124,13 @@ class PlatformStage(Stage):
             encryption_key=self.storage.key,
             serving_image=serving_image,
             forward_model_approvals_to=_forwarded_approvals(config, stage_name),
+            promotion_reader_accounts=sorted(
+                {
+                    account
+                    for account in promotion.promoted_into(config, stage_name).values()
+                    if account is not None and account != config.stage_account(stage_name)
+                }
+            ),
         )
 
     def _serving_stack(
@@ -144,6 +156,9 @@ class PlatformStage(Stage):
             finetune_pipeline_name=stage_names.pipelines.finetune,
             release=release,
             smoke_test_account=pipeline.account if pipeline and stage_name in pipeline.smoke_test_after else None,
+            promote=Promote(stage_names, promotion.sources_of(config, stage_name), serving_image)
+            if promotion.promotes(config, stage_name)
+            else None,
         )
 
     def _stage_wide_settings(self, config: PlatformConfig, stage_name: str) -> None:
@@ -160,11 +175,13 @@ class PlatformStage(Stage):
 
 def _forwarded_approvals(config: PlatformConfig, stage_name: str) -> tuple[str, str] | None:
     """(account, region) of the promotion pipeline when model approvals trigger it and it is in another account or
-    region than the stage; None otherwise."""
+    region than the stage; None otherwise, and for a stage that promotes: its versions are copies that a release
+    registers, Approved, and must not start another."""
     stage, pipeline = config.stages[stage_name], config.pipeline
     if (
         pipeline
         and pipeline.trigger_on_model_approval
+        and not promotion.promotes(config, stage_name)
         and (config.stage_account(stage_name), stage.region) != (pipeline.account, pipeline.region)
     ):
         return pipeline.account, pipeline.region

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from aws_cdk import ArnFormat, CfnOutput, DefaultStackSynthesizer, Duration, RemovalPolicy, Stack
@@ -14,7 +15,7 @@ from constructs import Construct
 
 from core import bucket_layout
 from core.config import StageConfig
-from core.naming import component_name
+from core.naming import StageNames, component_name
 from infrastructure import compliance
 from infrastructure.constructs import key_policy
 from infrastructure.constructs.code_package import ROLE_SUBPATH
@@ -42,6 +43,10 @@ class StorageStack(Stack):
         training_images: container images training and processing jobs run; the training role may pull only these.
         serving_images: container images endpoints run; the hosting role may pull only these.
         staging_images: container images the weights-staging jobs run; the staging role may pull only these.
+        promotion_role: this stage's names when it serves versions promoted from another stage: its promotion role
+            is the only writer of promoted/, which the hosting role then reads; None otherwise.
+        promotion_readers: (account, names) of the stages that promote from this one (account None: this one's):
+            their promotion roles may read its registered and promoted weights and decrypt them through S3.
     """
 
     def __init__(
@@ -55,6 +60,8 @@ class StorageStack(Stack):
         training_images: list[str],
         serving_images: list[str],
         staging_images: list[str],
+        promotion_role: StageNames | None = None,
+        promotion_readers: Sequence[tuple[str | None, StageNames]] = (),
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -75,10 +82,13 @@ class StorageStack(Stack):
         # (registered/): the training role could still change trained/ after the version was approved.
         self.registry_role = self._registry_role(staging_images)
         self.huggingface_token = self._huggingface_token(stage.huggingface_token_secret, removal)
+        # What only the promotion role writes (promoted/), and the hosting role reads, in a stage that promotes.
+        self.promotion_role = promotion_role and promotion_role.promotion_role_arn(self.partition, self.account)
         self.hosting_role = self._hosting_role(stage, serving_images, endpoint_name)
 
         self._key_users(key_user_role_path)
         self._protect_served_code_and_weights(key_user_role_path)
+        self._let_promotions_read(promotion_readers)
         self._outputs(key_user_role_path)
 
     def _stage_key(self, removal: RemovalPolicy) -> kms.Key:
@@ -228,6 +238,7 @@ class StorageStack(Stack):
             *([served.read_prefix] if served else []),
             bucket_layout.TRAINED,
             bucket_layout.REGISTERED,
+            *([bucket_layout.PROMOTED] if self.promotion_role else []),
         )
         role.allow_read(self.artifacts_bucket, bucket_layout.CODE)
         role.allow_write(self.data_bucket, bucket_layout.DATA_CAPTURE)
@@ -281,6 +292,17 @@ class StorageStack(Stack):
             self.models_bucket.arn_for_objects(f"{prefix}*/{bucket_layout.HANDLER_SUBFOLDER}*")
             for prefix in bucket_layout.SERVED_WEIGHTS
         ]
+        promoted = (
+            [
+                (
+                    "OnlyPromotionWritesPromoted",
+                    [self.models_bucket.arn_for_objects(f"{bucket_layout.PROMOTED}*")],
+                    [self.promotion_role, packaging],
+                )
+            ]
+            if self.promotion_role
+            else []
+        )
         for sid, resources, writers in (
             ("OnlyCodePackagingWritesHandlers", handler_folders, [packaging]),
             (
@@ -293,6 +315,7 @@ class StorageStack(Stack):
                 [self.models_bucket.arn_for_objects(f"{bucket_layout.REGISTERED}*")],
                 [self.registry_role.role.role_arn, packaging],
             ),
+            *promoted,
         ):
             self.models_bucket.add_to_resource_policy(
                 iam.PolicyStatement(
@@ -304,6 +327,47 @@ class StorageStack(Stack):
                     resources=resources,
                     conditions={"ArnNotLike": {"aws:PrincipalArn": writers}},
                 )
+            )
+
+    def _let_promotions_read(self, readers: Sequence[tuple[str | None, StageNames]]) -> None:
+        """The stages that promote from this one copy its approved versions with their promotion roles: read what a
+        model package names (registered/, and promoted/ when this stage promotes in turn), and decrypt it through S3.
+        Each grant names the reader's account as principal and its role by aws:PrincipalArn: S3 and KMS refuse a
+        policy naming a role that does not exist yet, and the reader's stage deploys after this one."""
+        shared = bucket_layout.PACKAGED_WEIGHTS
+        for index, (account, names) in enumerate(readers):
+            account = account or self.account
+            role = names.promotion_role_arn(self.partition, account)
+            principal = {"principals": [iam.AccountPrincipal(account)]}
+            self.models_bucket.add_to_resource_policy(
+                iam.PolicyStatement(
+                    sid=f"PromotionReads{index}",
+                    **principal,
+                    actions=["s3:GetObject"],
+                    resources=[self.models_bucket.arn_for_objects(f"{prefix}*") for prefix in shared],
+                    conditions={"ArnEquals": {"aws:PrincipalArn": role}},
+                )
+            )
+            # Listing tells a missing record (404) from a refused one (403), and finds files no record lists.
+            self.models_bucket.add_to_resource_policy(
+                iam.PolicyStatement(
+                    sid=f"PromotionLists{index}",
+                    **principal,
+                    actions=["s3:ListBucket"],
+                    resources=[self.models_bucket.bucket_arn],
+                    conditions={
+                        "ArnEquals": {"aws:PrincipalArn": role},
+                        "StringLike": {"s3:prefix": [f"{prefix}*" for prefix in shared]},
+                    },
+                )
+            )
+            key_policy.allow_principals(
+                self.key,
+                f"PromotionDecrypts{index}",
+                [role],
+                actions=["kms:Decrypt"],
+                conditions={"StringEquals": {"kms:ViaService": f"s3.{self.region}.{self.url_suffix}"}},
+                account=account,
             )
 
     def _registry_role(self, images: list[str]) -> SageMakerExecutionRole:

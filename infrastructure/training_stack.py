@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from aws_cdk import CfnOutput, Stack
@@ -58,6 +59,7 @@ class TrainingStack(Stack):
         serving_image: str,
         forward_model_approvals_to: tuple[str, str] | None = None,
         token_secret: str | None = None,
+        promotion_reader_accounts: Sequence[str] = (),
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -95,6 +97,8 @@ class TrainingStack(Stack):
             else None
         )
         self._outputs(names)
+        if promotion_reader_accounts:
+            self._share_versions(names, promotion_reader_accounts)
         if forward_model_approvals_to:
             self._forward_model_approvals(names, *forward_model_approvals_to)
 
@@ -128,6 +132,33 @@ class TrainingStack(Stack):
         self.pipelines.finetune.node.add_dependency(policy)
         self.pipelines.staging.node.add_dependency(policy)
         return policy
+
+    def _share_versions(self, names: PipelineNames, accounts: Sequence[str]) -> None:
+        """The accounts of stages that promote from this one may find and describe its versions (the actions and
+        resources of SageMaker's cross-account model registry policy, model-registry-ram-discover.html). The group's
+        policy names accounts, not roles: in each, only the stage's promotion role is allowed these actions on this
+        group by its own IAM policy (promoted_weights.py). Reading the weights takes the bucket's and key's grants
+        too (StorageStack._let_promotions_read), which name the role."""
+        group = names.model_package_group
+        self.pipelines.model_package_group.model_package_group_policy = {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "PromotionDescribesVersions",
+                    "Effect": "Allow",
+                    "Principal": {"AWS": [f"arn:{self.partition}:iam::{account}:root" for account in accounts]},
+                    "Action": [
+                        "sagemaker:DescribeModelPackage",
+                        "sagemaker:DescribeModelPackageGroup",
+                        "sagemaker:ListModelPackages",
+                    ],
+                    "Resource": [
+                        self.format_arn(service="sagemaker", resource="model-package-group", resource_name=group),
+                        self.format_arn(service="sagemaker", resource="model-package", resource_name=f"{group}/*"),
+                    ],
+                }
+            ],
+        }
 
     def _outputs(self, names: PipelineNames) -> None:
         self.finetune_pipeline_output = CfnOutput(self, "FinetunePipelineName", value=names.finetune)

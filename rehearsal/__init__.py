@@ -15,4 +15,8 @@ Modules, one job each:
 - `retention`: after destroy: stacks gone, everything marked Retain still there, the endpoint deleted.
 - `gaps`: what moto does not emulate, found in the templates, the server log and the deployed resources.
 - `rehearse`: the steps in order, the report and the exit status.
+
+`make rehearse-promotion` (issue 24): an approved version copied into a stage of another account, on moto's server.
+- `promotion_grants`: which promotion of the config, its synthesis, and the grants its templates give.
+- `promotion`: the two accounts, the promotion handler run as the Provider runs it, and the checks.
 """

@@ -334,8 +334,13 @@ def main(argv: list[str] | None = None) -> int:
     except EmulatorError as err:
         print(f"rehearsal: {err}\n(work directory kept: {work_dir})", file=sys.stderr)
         return 2
+    return finish(report, work_dir, keep=args.keep)
+
+
+def finish(report: Report, work_dir: Path, *, keep: bool) -> int:
+    """Print the summary; keep the work directory when a check failed or it was asked for; the exit status."""
     print(f"\n{report.summary()}", flush=True)
-    if report.exit_status or args.keep:
+    if report.exit_status or keep:
         print(f"Kept the work directory for inspection: {work_dir}", flush=True)
     else:
         shutil.rmtree(work_dir, ignore_errors=True)

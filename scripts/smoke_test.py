@@ -8,13 +8,20 @@ engine does, refuses a bad request with a 4xx, and its fine-tuning pipeline exis
     python scripts/smoke_test.py --endpoint-name ... --engine vllm --chat   # the model has a chat template
     python scripts/smoke_test.py --endpoint-name llm-platform-dev --engine vllm \
         --component llm-platform-dev-base --component llm-platform-dev-sql  # inference components, adapters too
+    python scripts/smoke_test.py --endpoint-name llm-platform-prod ... --expect-digest sha256:3f2a...  # promoted
 
 An endpoint that hosts inference components answers only requests that name one (InvokeEndpoint's
 InferenceComponentName): with --component, the request checks run once for each component named, by its name.
 
+With --expect-digest (a stage whose weights are promoted from another stage: the serving stack's ServedWeightsDigest
+output), it also follows the endpoint's control plane to the weights prefixes it serves (each model's
+ModelDataSource, or each inference component's model and adapter archive) and passes only if one of them holds a
+weights record (promotion/weights_record.py) of that digest, and exactly the recorded files, sizes and checksums.
+
 The promotion pipeline runs it after the stages named in `pipeline.smoke_test_after`, assuming the stage's
 smoke-test role, naming every component and adapter of the stage. It prints one line per check and exits 1 if any
-failed. It needs only boto3 (and nothing at all for a local endpoint).
+failed. It needs only boto3 (and nothing at all for a local endpoint), and this repository's promotion/ package
+(standard library only).
 """
 
 from __future__ import annotations
@@ -28,7 +35,24 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+# `python3 scripts/smoke_test.py` (as the pipeline's CodeBuild step runs it, from the repository's root) puts scripts/
+# on sys.path, not the root: the served-weights check reads weights records with the same code that writes them,
+# promotion/weights_record.py, so the root goes on the path here rather than a copy of that code in this script.
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from promotion.weights_record import (  # noqa: E402
+    RecordError,
+    files_digest,
+    parse_prefix,
+    read_record,
+    stray_files,
+    verify_prefix,
+)
 
 PROMPT = "The capital of France is"
 MAX_NEW_TOKENS = 16
@@ -107,6 +131,7 @@ class SageMakerEndpoint:
         self.component = component
         self.sagemaker = session.client("sagemaker")
         self.runtime = session.client("sagemaker-runtime")
+        self.s3 = session.client("s3")  # the served weights' records (--expect-digest)
 
     def describe(self) -> str:
         return self.sagemaker.describe_endpoint(EndpointName=self.name)["EndpointStatus"]
@@ -274,6 +299,83 @@ def check_chat_refused(reply: Reply) -> str:
     return "" if b"inputs" in reply.body else f"the refusal does not say to send inputs: {reply.body[:300]!r}"
 
 
+def served_prefixes(sagemaker: Any, endpoint_name: str) -> list[str]:
+    """The weights prefixes (s3://bucket/prefix/) the endpoint serves, in the order its control plane names them:
+    each production variant's model's, or, on an endpoint of inference components (whose variants name no model),
+    each component's model's and each adapter's (the folder holding its archive)."""
+    config_name = sagemaker.describe_endpoint(EndpointName=endpoint_name)["EndpointConfigName"]
+    variants = sagemaker.describe_endpoint_config(EndpointConfigName=config_name)["ProductionVariants"]
+    models = [variant["ModelName"] for variant in variants if variant.get("ModelName")]
+    archives: list[str] = []
+    if not models:
+        pages = sagemaker.get_paginator("list_inference_components").paginate(EndpointNameEquals=endpoint_name)
+        for name in [c["InferenceComponentName"] for page in pages for c in page["InferenceComponents"]]:
+            specification = sagemaker.describe_inference_component(InferenceComponentName=name)["Specification"]
+            if specification.get("ModelName"):
+                models.append(specification["ModelName"])
+            if url := specification.get("Container", {}).get("ArtifactUrl"):
+                archives.append(url)
+    prefixes = [_model_prefix(sagemaker.describe_model(ModelName=model)) for model in models]
+    prefixes += [_folder(url) for url in archives]
+    return list(dict.fromkeys(prefix for prefix in prefixes if prefix))
+
+
+def _model_prefix(model: dict) -> str:
+    """A model's weights prefix: its container's uncompressed ModelDataSource, or the folder of its archive."""
+    container = model.get("PrimaryContainer") or (model.get("Containers") or [{}])[0]
+    if uri := container.get("ModelDataSource", {}).get("S3DataSource", {}).get("S3Uri"):
+        return uri if uri.endswith("/") else uri + "/"
+    return _folder(container["ModelDataUrl"]) if container.get("ModelDataUrl") else ""
+
+
+def _folder(archive_url: str) -> str:
+    """s3://bucket/adapters/sql/adapter.tar.gz -> s3://bucket/adapters/sql/: an archive's weights prefix."""
+    return archive_url.rpartition("/")[0] + "/"
+
+
+def check_served_weights(sagemaker: Any, s3: Any, endpoint_name: str, expected: str) -> str:
+    """Problems with what the endpoint serves, or '' when one of its weights prefixes holds a record of the
+    `expected` digest and exactly the recorded files (sizes, ChecksumSHA256, nothing else beside them)."""
+    from botocore.exceptions import ClientError
+
+    try:
+        prefixes = served_prefixes(sagemaker, endpoint_name)
+    except ClientError as error:  # the smoke-test role may not describe what it must (IAM)
+        return f"could not follow the endpoint to its weights: {error}"
+    if not prefixes:
+        return "the endpoint names no weights prefix (a model's ModelDataSource, or an adapter's ArtifactUrl)"
+    found = []
+    for uri in prefixes:
+        try:
+            digest, problems = _served_prefix(s3, uri)
+        except RecordError as error:
+            found.append(f"no record at {uri}: {error}")
+            continue
+        except ClientError as error:  # the role may not read the record or head the files (IAM, KMS)
+            found.append(f"could not read {uri}: {error}")
+            continue
+        if digest == expected and not problems:
+            return ""
+        found.append(f"{uri} holds {digest}" + (f" but {'; '.join(problems)}" if problems else ""))
+    return f"expected {expected}; " + "; ".join(found)
+
+
+def _served_prefix(s3: Any, uri: str) -> tuple[str, list[str]]:
+    """The digest of the prefix's record, and every way the prefix differs from it: a recorded file missing, of
+    another size or SHA-256, a weights file the record does not list, a promoted record's digest that its files do
+    not make."""
+    bucket, prefix = parse_prefix(uri)
+    record = read_record(s3, bucket, prefix)
+    digest = files_digest(record["files"])
+    problems = verify_prefix(s3, bucket, prefix, record)
+    problems += [
+        f"s3://{bucket}/{prefix}{relative} is not in the record" for relative in stray_files(s3, bucket, prefix, record)
+    ]
+    if record.get("digest") not in (None, digest):
+        problems.insert(0, f"the record says {record['digest']}, its files make {digest}")
+    return digest, problems
+
+
 Report = Callable[[str, str], None]
 
 
@@ -284,10 +386,12 @@ def run_checks(
     engine: str = "deepspeed",
     chat: bool = False,
     components: Sequence[str] = (),
+    expect_digest: str | None = None,
 ) -> list[str]:
     """Run every check; return the failures (each line is also printed). `engine` says which response formats to
     expect; `chat` (vLLM) also checks the chat schema, for models with a chat template; `components` (a SageMaker
-    endpoint only): the inference components to check, each by name, in place of the endpoint's own model."""
+    endpoint only): the inference components to check, each by name, in place of the endpoint's own model;
+    `expect_digest` (a SageMaker endpoint only): the weights digest the endpoint must serve (a promoted version's)."""
     failures: list[str] = []
 
     def report(name: str, problem: str) -> None:
@@ -299,8 +403,15 @@ def run_checks(
     report("endpoint is in service", "" if status == "InService" else f"status {status}")
     if components and not isinstance(endpoint, SageMakerEndpoint):
         raise ValueError(f"components {list(components)}: only a SageMaker endpoint hosts inference components")
+    if expect_digest and not isinstance(endpoint, SageMakerEndpoint):
+        raise ValueError(f"expect_digest {expect_digest}: only a SageMaker endpoint's served weights can be followed")
     for target, label in _targets(endpoint, components):
         check_requests(target, lambda name, problem, label=label: report(label + name, problem), engine, chat)
+    if expect_digest and isinstance(endpoint, SageMakerEndpoint):
+        report(
+            "serves the promoted version",
+            check_served_weights(endpoint.sagemaker, endpoint.s3, endpoint.name, expect_digest),
+        )
     if pipeline:
         client, name = pipeline
         try:
@@ -386,6 +497,12 @@ def main(argv: list[str] | None = None) -> int:
         help="an inference component of the endpoint to check by name (InferenceComponentName); repeat for each "
         "component and adapter",
     )
+    parser.add_argument(
+        "--expect-digest",
+        metavar="sha256:HEX",
+        help="also check that the endpoint serves weights of this digest (a promoted stage's ServedWeightsDigest "
+        "output): a prefix it serves holds a record of it, and exactly the recorded files",
+    )
     args = parser.parse_args(argv)
     if args.chat and args.engine != "vllm":
         parser.error("--chat checks LMI's vLLM handler; the deepspeed engine's refusal of chat is always checked")
@@ -394,6 +511,10 @@ def main(argv: list[str] | None = None) -> int:
             f"--component {args.component[0]}: a local endpoint serves one model; name components only with "
             "--endpoint-name"
         )
+    if args.expect_digest and args.url:
+        parser.error("--expect-digest follows a SageMaker endpoint to its weights; use it with --endpoint-name")
+    if args.expect_digest and not args.expect_digest.startswith("sha256:"):
+        parser.error(f"--expect-digest {args.expect_digest}: expected sha256:<hex>, as ServedWeightsDigest gives it")
 
     if args.url:
         failures = run_checks(HttpEndpoint(args.url), engine=args.engine, chat=args.chat)
@@ -401,7 +522,14 @@ def main(argv: list[str] | None = None) -> int:
         session = aws_session(args.region, args.role_arn)
         endpoint = SageMakerEndpoint(args.endpoint_name, session)
         pipeline = (endpoint.sagemaker, args.pipeline_name) if args.pipeline_name else None
-        failures = run_checks(endpoint, pipeline, engine=args.engine, chat=args.chat, components=args.component)
+        failures = run_checks(
+            endpoint,
+            pipeline,
+            engine=args.engine,
+            chat=args.chat,
+            components=args.component,
+            expect_digest=args.expect_digest,
+        )
     if failures:
         print(f"smoke test failed: {len(failures)} check(s)", file=sys.stderr)
         return 1

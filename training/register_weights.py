@@ -13,14 +13,19 @@ What it writes under the destination prefix, in this order:
     <relative key>       every object under the source, each copied server-side from the version HeadObject read
     .registered.json     the record, once every file is there and has the size its source version has:
                          {"source": <source uri>,
-                          "files": {<relative key>: {"bytes": n, "source_version": <VersionId>}},
+                          "files": {<relative key>: {"bytes": n, "source_version": <VersionId>,
+                                                     "sha256": <base64 SHA-256 of the copy, as S3 computed it>}},
                           "registered_at": <UTC ISO time>}
 
 Each file is pinned by its VersionId (the models bucket is versioned): an overwrite of the source between the listing
-and the copy changes nothing that is copied. The copy is boto3's managed transfer (UploadPartCopy above its multipart
-threshold), so the destination bucket's default encryption, the stage's KMS key, applies to it. Nothing is written
-after the record, and a run that stops half-way writes none (the pipeline then stops before Register). A destination
-that already holds a record is refused: a registered copy is never rewritten.
+and the copy changes nothing that is copied. Each is one server-side CopyObject with ChecksumAlgorithm SHA256, so S3
+computes a full-object SHA-256 of what it wrote (ChecksumSHA256); the record keeps it, and a promotion to another stage
+(promotion/) verifies every copy against it. A single CopyObject copies at most 5 GiB ("copy an object up to 5 GB in a
+single atomic action", S3 API reference, CopyObject), so a larger file is refused before anything is copied; saving
+with transformers' max_shard_size at most 5GB (its default) keeps every shard below it. The destination bucket's default
+encryption, the stage's KMS key, applies to each copy. Nothing is written after the record, and a run that stops
+half-way writes none (the pipeline then stops before Register). A destination that already holds a record is refused:
+a registered copy is never rewritten.
 
 Not copied: anything under an inference/ folder below the source (the platform writes the handler itself at deploy
 time, never a job's), a .registered.json at the source's top (only this step writes a record), and zero-byte folder
@@ -41,6 +46,8 @@ HANDLER_FOLDER = "inference"  # never carried: the platform writes handlers itse
 PAGE_SIZE = 1000  # ListObjectsV2's largest page
 PREFIX_URI = re.compile(r"s3://([a-z0-9][a-z0-9.\-]{1,61}[a-z0-9])/((?:[^/]+/)+)")
 PIPELINE_HINT = "the registry step's arguments in the fine-tuning pipeline"
+# CopyObject's largest object: "copy an object up to 5 GB in a single atomic action" (S3 API reference, CopyObject).
+COPY_OBJECT_MAX_BYTES = 5 * 2**30
 
 
 class RegistrationError(Exception):
@@ -84,24 +91,42 @@ def has_record(s3, bucket: str, key: str) -> bool:
     return bool(listed) and listed[0]["Key"] == key
 
 
-def copy_file(s3, bucket: str, source_key: str, destination_key: str) -> tuple[int, str]:
-    """Copy the current version of `source_key` to `destination_key`; return (bytes, the source VersionId)."""
-    head = s3.head_object(Bucket=bucket, Key=source_key)
+def read_version(s3, bucket: str, key: str) -> tuple[int, str]:
+    """(bytes, VersionId) of the current version of `key`: the version the copy is pinned to."""
+    head = s3.head_object(Bucket=bucket, Key=key)
     version, size = head.get("VersionId"), head["ContentLength"]
     if not version:
         raise RegistrationError(
-            f"s3://{bucket}/{source_key} has no VersionId: the models bucket is not versioned, so the copy cannot be "
+            f"s3://{bucket}/{key} has no VersionId: the models bucket is not versioned, so the copy cannot be "
             "pinned to the version read; enable versioning on the bucket (the storage stack does)"
         )
-    s3.copy({"Bucket": bucket, "Key": source_key, "VersionId": version}, bucket, destination_key)
-    copied = s3.head_object(Bucket=bucket, Key=destination_key)["ContentLength"]
-    if copied != size:
+    if size > COPY_OBJECT_MAX_BYTES:
         raise RegistrationError(
-            f"s3://{bucket}/{destination_key} holds {copied} bytes after the copy, but version {version} of "
-            f"s3://{bucket}/{source_key} has {size}: the copy is incomplete; no record was written, run the pipeline "
-            "again"
+            f"s3://{bucket}/{key} holds {size} bytes ({size / 2**30:.2f} GiB), more than the 5 GiB one CopyObject "
+            "copies: save the model in shards of at most 5GB (transformers' save_pretrained max_shard_size, whose "
+            "default is 5GB) and run the pipeline again"
         )
     return size, version
+
+
+def copy_file(s3, bucket: str, source_key: str, destination_key: str, *, size: int, version: str) -> str:
+    """Copy `version` of `source_key` (`size` bytes) to `destination_key` in one CopyObject; return the base64
+    SHA-256 S3 computed of what it wrote."""
+    s3.copy_object(
+        Bucket=bucket,
+        Key=destination_key,
+        CopySource={"Bucket": bucket, "Key": source_key, "VersionId": version},
+        ChecksumAlgorithm="SHA256",
+    )
+    head = s3.head_object(Bucket=bucket, Key=destination_key, ChecksumMode="ENABLED")
+    copied, sha256 = head["ContentLength"], head.get("ChecksumSHA256")
+    if copied != size or not sha256:
+        raise RegistrationError(
+            f"s3://{bucket}/{destination_key} holds {copied} bytes{'' if sha256 else ' and no SHA-256'} after the "
+            f"copy, but version {version} of s3://{bucket}/{source_key} has {size}: the copy is incomplete; no record "
+            "was written, run the pipeline again"
+        )
+    return sha256
 
 
 def run(source: str, destination: str, *, s3) -> dict:
@@ -146,10 +171,13 @@ def run(source: str, destination: str, *, s3) -> dict:
         )
     for relative in skipped:
         print(f"register_weights: skipping {relative} (not part of a registered copy)", flush=True)
+    # Every file's size and version first: a file no CopyObject can copy is refused before anything is copied.
+    versions = {relative: read_version(s3, source_bucket, source_prefix + relative) for relative in files}
     copied, total = {}, 0
     for relative in files:
-        size, version = copy_file(s3, bucket, source_prefix + relative, prefix + relative)
-        copied[relative] = {"bytes": size, "source_version": version}
+        size, version = versions[relative]
+        sha256 = copy_file(s3, bucket, source_prefix + relative, prefix + relative, size=size, version=version)
+        copied[relative] = {"bytes": size, "source_version": version, "sha256": sha256}
         total += size
         print(f"register_weights: {relative}: {size} bytes ({size / 2**20:.1f} MiB), version {version}", flush=True)
     record = {

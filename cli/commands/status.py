@@ -1,4 +1,5 @@
-"""`llmp status`: per stage, the stacks, the endpoint, the last pipeline runs and the models waiting for approval."""
+"""`llmp status`: per stage, the stacks, the endpoint (and, for promoted weights, the version it serves), the last
+pipeline runs and the models waiting for approval."""
 
 from __future__ import annotations
 
@@ -12,15 +13,18 @@ from cli.aws import STACK_PARTS, Aws, Stage, WrongAccount
 from cli.errors import aws_errors
 from cli.options import AllStagesOption, ConfigOption, JsonOption, handled, load
 from cli.render import Output, key_value_table, styled, when
+from core.naming import PROMOTED_FROM_OUTPUT, SERVED_DIGEST_OUTPUT, SERVED_PACKAGE_OUTPUT
 
 RUNS_SHOWN = 3  # per pipeline
 PENDING_SHOWN = 10
+DIGEST_SHOWN = 12  # hex characters of the served weights' digest in the table; --json has all of it
 
 
 @handled
 def status(config: ConfigOption = None, stage: AllStagesOption = None, json_output: JsonOption = False) -> None:
-    """Every stage (or one): its stacks, the endpoint's state and instances, the last runs of its pipelines, and the
-    model versions waiting for approval."""
+    """Every stage (or one): its stacks, the endpoint's state and instances, the model version it serves when its
+    weights are promoted from another stage, the last runs of its pipelines, and the model versions waiting for
+    approval."""
     out = Output(json_mode=json_output)
     platform, config_path = load(config)
     aws = aws_module.connect()
@@ -43,16 +47,17 @@ def _identity(stage: Stage) -> dict[str, Any]:
 def stage_status(aws: Aws, stage: Stage) -> dict[str, Any]:
     account = aws.check_account(stage)
     stacks = {part: aws.describe_stack(stage, part) for part in STACK_PARTS}
+    outputs = {part: _outputs(stack) for part, stack in stacks.items()}
     result: dict[str, Any] = {
         **_identity(stage),
         "account": account,
         "stacks": {stage.stack_name(p): s["StackStatus"] if s else None for p, s in stacks.items()},
         "endpoint": None,
+        "served": _served(outputs["serving"]),
         "pipelines": {},
         "pending_approval": [],
         "problem": None,
     }
-    outputs = {part: _outputs(stack) for part, stack in stacks.items()}
     sagemaker = aws.client("sagemaker", stage.region)
     with aws_errors():
         if endpoint := outputs["serving"].get("EndpointName"):
@@ -67,6 +72,26 @@ def stage_status(aws: Aws, stage: Stage) -> dict[str, Any]:
 
 def _outputs(stack: dict | None) -> dict[str, str]:
     return {o["OutputKey"]: o["OutputValue"] for o in (stack or {}).get("Outputs", [])}
+
+
+def _served(outputs: dict[str, str]) -> dict[str, str | None] | None:
+    """What a stage of promoted weights serves, as its serving stack's outputs record it (each release's): the
+    version of its own group, the approved version it was copied from, and the weights' digest. None for a stage
+    whose stack has none of these outputs (its weights are not promoted)."""
+    keys = {"package": SERVED_PACKAGE_OUTPUT, "promoted_from": PROMOTED_FROM_OUTPUT, "digest": SERVED_DIGEST_OUTPUT}
+    served = {field: outputs.get(key) for field, key in keys.items()}
+    return served if any(served.values()) else None
+
+
+def _version(package_arn: str) -> str:
+    """arn:aws:sagemaker:...:model-package/llm-platform-prod/3 -> llm-platform-prod/3 (group/version)."""
+    return package_arn.partition(":model-package/")[2] or package_arn
+
+
+def _digest(digest: str) -> str:
+    """sha256:3f2a9c1e0b7d... -> sha256:3f2a9c1e0b7d…: enough to tell versions apart at a glance."""
+    algorithm, _, hexdigest = digest.partition(":")
+    return f"{algorithm}:{hexdigest[:DIGEST_SHOWN]}…" if len(hexdigest) > DIGEST_SHOWN else digest
 
 
 def _endpoint(sagemaker: Any, name: str) -> dict[str, Any]:
@@ -146,6 +171,13 @@ def _draw(console: Console, stages: list[dict[str, Any]]) -> None:
             if endpoint["failure"]:
                 state += f": {endpoint['failure']}"
             rows.append(("endpoint", state))
+        if served := found["served"]:
+            parts = [_version(served["package"]) if served["package"] else "an unrecorded version"]
+            if served["promoted_from"]:
+                parts.append(f"promoted from {served['promoted_from']}")
+            if served["digest"]:
+                parts.append(f"weights {_digest(served['digest'])}")
+            rows.append(("serves", ", ".join(parts)))
         for kind, title in (("finetune", "fine-tuning"), ("staging", "weights staging")):
             pipeline = found["pipelines"].get(kind)
             if pipeline is None:

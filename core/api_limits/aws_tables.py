@@ -40,6 +40,7 @@ RESOURCE_NAMESPACES = (
     "AWS::Lambda::",
     "AWS::Logs::",
     "AWS::S3::",
+    "AWS::StepFunctions::",
     "AWS::SNS::",
     "AWS::SageMaker::",
     "AWS::SecretsManager::",

@@ -466,6 +466,12 @@ UNCONSTRAINED: dict[str, str] = {
     SERVING + "weights.revision": "a commit (40 hex digits): the staging pipeline's revision, far below "
     "ContainerArguments' 256 characters",
     SERVING + "weights.allow_pickle": "a switch: which weight files the staging step accepts",
+    SERVING + "weights.from_stage": "a stage of the file (core/config/promotion.py): names its model package group, "
+    "which every stage's rules check",
+    SERVING + "weights.version": "a model package version, a positive integer: part of the ARN the promotion "
+    "handler describes, no limit of its own",
+    SERVING + "components.adapters.weights.from_stage": "as serving.weights.from_stage",
+    SERVING + "components.adapters.weights.version": "as serving.weights.version",
     SERVING + "data_capture_expiry_days": "an S3 lifecycle expiration in days: a positive integer, no maximum in S3's "
     "model",
     SERVING + "max_new_tokens": "serving.properties: below the model's context (serving.py)",

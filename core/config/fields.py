@@ -154,6 +154,41 @@ ProjectName = Annotated[str, AfterValidator(_check_name("project", 24))]
 Tags = dict[Annotated[str, AfterValidator(_check_tag_key)], Annotated[str, AfterValidator(_check_tag_value)]]
 
 
+# The fields of a weights source 'promoted' (serving weights and adapters alike): a version approved in another stage,
+# copied into this one when it deploys (infrastructure/constructs/promoted_weights.py).
+PROMOTED_FROM_STAGE = Field(
+    default=None,
+    description="for source 'promoted': the stage whose approved version this stage serves; it must come earlier in "
+    "stages (it deploys first) and may be in another account",
+)
+PROMOTED_VERSION = Field(
+    default=None,
+    ge=1,
+    description="for source 'promoted': the version of from_stage's model package group to serve (it must be "
+    "Approved); default the newest Approved one, looked up again on every release",
+)
+# Which source each optional location field belongs to.
+LOCATION_OWNERS = {
+    "s3_uri": "s3",
+    "model_package_arn": "model_package",
+    "model_package_group": "latest_approved",
+    "from_stage": "promoted",
+    "version": "promoted",
+}
+
+
+def check_location_fields(weights: Any) -> None:
+    """A weights source's own fields are given, and no other source's: the rules WeightsConfig and
+    AdapterWeightsConfig share."""
+    if weights.source == "model_package" and weights.model_package_arn is None:
+        raise ValueError("source 'model_package' needs model_package_arn")
+    if weights.source == "promoted" and weights.from_stage is None:
+        raise ValueError("source 'promoted' needs from_stage, the stage whose approved version is served")
+    for name, owner in LOCATION_OWNERS.items():
+        if getattr(weights, name, None) is not None and weights.source != owner:
+            raise ValueError(f"{name} is only used with source {owner!r}")
+
+
 class StrictModel(BaseModel):
     """The base of every config model: unknown keys are errors, values are frozen, numbers are finite.
 

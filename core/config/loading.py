@@ -36,7 +36,7 @@ def load_config(
         return config
     if only_stage not in config.stages:
         raise ConfigError(f"{source}: no stage named {shown(only_stage)}; stages: {', '.join(config.stages)}")
-    return config.model_copy(update={"stages": {only_stage: config.stages[only_stage]}})
+    return config.keep_only(only_stage)
 
 
 def _merge(base: Any, overlay: Any) -> Any:

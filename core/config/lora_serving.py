@@ -30,7 +30,15 @@ from pydantic import Field, StringConstraints, model_validator
 from core import sizing
 from core.catalog.architectures import ARCHITECTURES
 from core.catalog.models import MODELS
-from core.config.fields import MODEL_PACKAGE_ARN_PATTERN, MODEL_PACKAGE_GROUP_PATTERN, StrictModel
+from core.config.fields import (
+    MODEL_PACKAGE_ARN_PATTERN,
+    MODEL_PACKAGE_GROUP_PATTERN,
+    PROMOTED_FROM_STAGE,
+    PROMOTED_VERSION,
+    StageName,
+    StrictModel,
+    check_location_fields,
+)
 from training.finetune.adapters import ADAPTER_ARCHIVE_FILE, LORA_TARGETS, resolve_target_modules
 
 if TYPE_CHECKING:
@@ -58,11 +66,12 @@ MaxLoraRank = Literal[1, 8, 16, 32, 64, 128, 256, 320, 512]
 class AdapterWeightsConfig(StrictModel):
     """Where an adapter's archive comes from. A model package is read when the stack deploys, never at synth."""
 
-    source: Literal["latest_approved", "model_package", "s3"] = Field(
+    source: Literal["latest_approved", "model_package", "s3", "promoted"] = Field(
         default="latest_approved",
         description="'latest_approved': the newest Approved adapter package of model_package_group (default: the "
         "stage's own, which its LoRA fine-tuning registers), looked up on every deploy of a new release; "
-        "'model_package': the adapter package model_package_arn; 's3': the archive s3_uri",
+        "'model_package': the adapter package model_package_arn; 's3': the archive s3_uri; 'promoted': the newest "
+        "Approved adapter of from_stage's group (or its version), copied into this stage when it deploys",
     )
     s3_uri: S3Archive | None = Field(
         default=None,
@@ -81,16 +90,14 @@ class AdapterWeightsConfig(StrictModel):
         "and region; default the stage's own",
     )
 
+    from_stage: StageName | None = PROMOTED_FROM_STAGE
+    version: int | None = PROMOTED_VERSION
+
     @model_validator(mode="after")
     def _one_location(self) -> AdapterWeightsConfig:
-        owners = {"s3_uri": "s3", "model_package_arn": "model_package", "model_package_group": "latest_approved"}
         if self.source == "s3" and self.s3_uri is None:
             raise ValueError("source 's3' needs s3_uri, the adapter's .tar.gz")
-        if self.source == "model_package" and self.model_package_arn is None:
-            raise ValueError("source 'model_package' needs model_package_arn")
-        for name, owner in owners.items():
-            if getattr(self, name) is not None and self.source != owner:
-                raise ValueError(f"{name} is only used with source {owner!r}")
+        check_location_fields(self)
         return self
 
     @property

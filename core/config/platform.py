@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
 from core.catalog.models import MODELS
+from core.config import promotion
 from core.config.fields import AccountId, ProjectName, Region, StageName, StrictModel, Tags
 from core.config.lora_training import LoraConfig
 from core.config.serving import ServingConfig
@@ -139,6 +140,7 @@ class PlatformConfig(StrictModel):
     tags: Tags = Field(default_factory=dict, description="tags on every resource of every stage")
     stages: dict[StageName, StageConfig] = Field(description="environments, in promotion order")
     pipeline: PipelineConfig | None = Field(default=None, description="the promotion pipeline; absent: none")
+    _every_stage: dict[str, StageConfig] | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
     @classmethod
@@ -155,6 +157,19 @@ class PlatformConfig(StrictModel):
             unset = {name: value for name, value in defaults.items() if name not in pipeline.model_fields_set}
             pipeline = pipeline.model_copy(update=unset)
         return {**data, "pipeline": pipeline} if "pipeline" in data else data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _promoted_adapters_follow_their_training(cls, data: Any) -> Any:
+        """Promoted adapters take their rank from the LoRA training that made them (core/config/promotion.py)."""
+        if not isinstance(data, dict) or not isinstance(data.get("stages"), dict):
+            return data
+        return {**data, "stages": promotion.fill_promoted_adapters(data["stages"])}
+
+    @model_validator(mode="after")
+    def _check_promotions(self) -> PlatformConfig:
+        promotion.check(self)
+        return self
 
     @model_validator(mode="after")
     def _check_stages(self) -> PlatformConfig:
@@ -201,9 +216,21 @@ class PlatformConfig(StrictModel):
                 f"more in stages.{name}.serving.components, or remove {name} from pipeline.smoke_test_after"
             )
 
+    @property
+    def every_stage(self) -> dict[str, StageConfig]:
+        """Every stage of the file, also when only one is kept (load_config's only_stage): what a stage promotes from,
+        and who promotes from it, are facts of the others."""
+        return self._every_stage or self.stages
+
+    def keep_only(self, stage: str) -> PlatformConfig:
+        """This config with just `stage` deployed, the others still known (every_stage)."""
+        kept = self.model_copy(update={"stages": {stage: self.stages[stage]}})
+        kept._every_stage = self.every_stage
+        return kept
+
     def stage_account(self, stage: str) -> str | None:
         """The stage's account; a stage without one deploys into the pipeline's account when there is one."""
-        return self.stages[stage].account or (self.pipeline.account if self.pipeline else None)
+        return self.every_stage[stage].account or (self.pipeline.account if self.pipeline else None)
 
     def stage_tags(self, stage: str) -> dict[str, str]:
         """Tags for one stage: the project's, then the file's, then the stage's own (later wins)."""

@@ -23,10 +23,14 @@ from core.config.components import AutoscalingConfig, ComponentConfig
 from core.config.fields import (
     MODEL_PACKAGE_ARN_PATTERN,
     MODEL_PACKAGE_GROUP_PATTERN,
+    PROMOTED_FROM_STAGE,
+    PROMOTED_VERSION,
     InstanceTypeName,
     ModelName,
+    StageName,
     StrictModel,
     VpcConfig,
+    check_location_fields,
 )
 
 S3Prefix = Annotated[str, StringConstraints(pattern=r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]/(.+/)?$")]
@@ -38,12 +42,14 @@ class WeightsConfig(StrictModel):
     """Where the served weights come from. Nothing is looked up at synth: an S3 location is fixed here, and a
     model package is read when the stack deploys."""
 
-    source: Literal["pretrained", "s3", "model_package", "latest_approved"] = Field(
+    source: Literal["pretrained", "s3", "model_package", "latest_approved", "promoted"] = Field(
         default="pretrained",
         description="'pretrained': the stage's staged copy of the model's Hugging Face weights "
         "(models bucket, pretrained/<model>/); 's3': the prefix in s3_uri; 'model_package': the weights of the "
         "registered model package model_package_arn; 'latest_approved': the newest Approved package of "
-        "model_package_group (default: the stage's own), looked up on every deploy of a new release",
+        "model_package_group (default: the stage's own), looked up on every deploy of a new release; 'promoted': the "
+        "newest Approved version of from_stage's group (or its version), copied into this stage's models bucket, "
+        "verified and registered in this stage's group when the stack deploys (docs/promotion.md)",
     )
     s3_uri: S3Prefix | None = Field(default=None, description="for source 's3': s3://bucket/prefix/ of an HF folder")
     model_package_arn: str | None = Field(
@@ -56,6 +62,8 @@ class WeightsConfig(StrictModel):
         pattern=MODEL_PACKAGE_GROUP_PATTERN,
         description="for source 'latest_approved': a model package group of the stage's account and region",
     )
+    from_stage: StageName | None = PROMOTED_FROM_STAGE
+    version: int | None = PROMOTED_VERSION
     checkpoint: str | None = Field(
         default=None,
         pattern=r"^[a-z0-9][a-z0-9-]*$",
@@ -101,14 +109,9 @@ class WeightsConfig(StrictModel):
                 f"checkpoint {self.checkpoint}: DeepSpeed's pre-sharded checkpoints are PyTorch pickles (.pt shards), "
                 "which run code when they are loaded; set allow_pickle: true to accept them from this repository"
             )
-        owners = {"s3_uri": "s3", "model_package_arn": "model_package", "model_package_group": "latest_approved"}
         if self.source == "s3" and self.s3_uri is None:
             raise ValueError("source 's3' needs s3_uri")
-        if self.source == "model_package" and self.model_package_arn is None:
-            raise ValueError("source 'model_package' needs model_package_arn")
-        for name, owner in owners.items():
-            if getattr(self, name) is not None and self.source != owner:
-                raise ValueError(f"{name} is only used with source {owner!r}")
+        check_location_fields(self)
         return self
 
 

@@ -14,6 +14,9 @@ config are the same resources with the same properties.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from aws_cdk import Fn, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -45,6 +48,8 @@ class AdapterComponents(Construct):
         default_group: the stage's model package group (source latest_approved without a group).
         release: changes with every pipeline execution, so the registry lookups run again ('' by hand).
         encryption_key: encrypts the lookups' log group.
+        promote: for adapters of source 'promoted': (scope, construct id, weights) -> the ARN of this stage's copy
+            of the source's version (serving_stack.Promote).
     """
 
     def __init__(
@@ -60,9 +65,11 @@ class AdapterComponents(Construct):
         default_group: str,
         release: str,
         encryption_key: kms.IKey,
+        promote: Callable[[Construct, str, Any], str] | None = None,
     ) -> None:
         super().__init__(scope, construct_id_)
         self._role, self._group, self._release, self._key = role, default_group, release, encryption_key
+        self._promote = promote
         self._log_group: logs.LogGroup | None = None
         self.names: dict[str, str] = {}
         self.components: dict[str, sagemaker.CfnInferenceComponent] = {}
@@ -128,6 +135,9 @@ class AdapterComponents(Construct):
             self.lookups.append(latest)
             package = latest.get_response_field(package_lookup.NEWEST_ARN)
             resources = [package_lookup.versions_arn(where, group)]
+        elif weights.source == "promoted":
+            package = self._promote(where, "PromotedAdapter", weights)
+            resources = [package_lookup.versions_arn(where, self._group)]
         else:
             package, resources = weights.model_package_arn, [weights.model_package_arn]
         describe = package_lookup.described(

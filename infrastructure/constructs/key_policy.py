@@ -105,9 +105,10 @@ def allow_principals(
     *,
     actions: list[str] | None = None,
     conditions: dict[str, dict[str, Any]] | None = None,
+    account: str | None = None,
 ) -> None:
-    """Let the IAM roles `principal_arns` (ARNs or ARN patterns of this account) use the key, as far as their own
-    IAM policies allow.
+    """Let the IAM roles `principal_arns` (ARNs or ARN patterns of this account, or of `account`) use the key, as far
+    as their own IAM policies allow.
 
     The statement names the account principal with an `aws:PrincipalArn` condition rather than the roles
     themselves: KMS refuses a key policy naming a role that does not exist yet, and roles of later stacks (or their
@@ -120,7 +121,7 @@ def allow_principals(
     added = key.add_to_resource_policy(
         iam.PolicyStatement(
             sid=sid,
-            principals=[iam.AccountRootPrincipal()],
+            principals=[iam.AccountPrincipal(account) if account else iam.AccountRootPrincipal()],
             actions=actions or KEY_USE_ACTIONS,
             resources=["*"],
             conditions=statement_conditions,

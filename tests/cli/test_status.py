@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from tests.cli.conftest import OTHER_ACCOUNT, client, register_package
+from tests.cli.conftest import OTHER_ACCOUNT, client, literal_outputs, register_package
 
 
 def test_status_shows_stacks_endpoint_runs_and_pending_models(cli, deployed):
@@ -61,3 +61,55 @@ def test_status_shows_an_undeployed_stage_as_not_deployed(cli, moto):
     assert result.exit_code == 0, result.output
     assert "storage not deployed · training not deployed · serving not deployed" in result.stdout
     assert re.search(r"endpoint +not deployed", result.stdout)
+
+
+SERVED = "arn:aws:sagemaker:us-east-1:123456789012:model-package/llm-platform-dev/3"
+PROMOTED_FROM = "arn:aws:sagemaker:us-east-1:333333333333:model-package/llm-platform-staging/7"
+DIGEST = "sha256:" + "3f2a9c1e0b7d" + "5" * 52
+
+
+def _serve_promoted_weights() -> None:
+    """The dev serving stack as a release of promoted weights leaves it: its outputs name what it serves."""
+    client("cloudformation").update_stack(
+        StackName="llm-platform-dev-serving",
+        TemplateBody=json.dumps(
+            literal_outputs(
+                {
+                    "EndpointName": "llm-platform-dev",
+                    "ServedModelPackageArn": SERVED,
+                    "PromotedFromPackageArn": PROMOTED_FROM,
+                    "ServedWeightsDigest": DIGEST,
+                }
+            )
+        ),
+    )
+
+
+def test_status_shows_the_promoted_version_a_stage_serves(cli, deployed):
+    _serve_promoted_weights()
+
+    result = cli("status", "--stage", "dev")
+
+    assert result.exit_code == 0, result.output
+    assert re.search(
+        rf"serves +llm-platform-dev/3, promoted from {PROMOTED_FROM}, weights sha256:3f2a9c1e0b7d…\n", result.stdout
+    )
+    assert DIGEST not in result.stdout  # shortened: the whole digest is in --json
+
+
+def test_status_json_gives_the_served_version_in_full(cli, deployed):
+    _serve_promoted_weights()
+
+    result = cli("status", "--stage", "dev", "--json")
+
+    assert result.exit_code == 0, result.output
+    (dev,) = json.loads(result.stdout)["stages"]
+    assert dev["served"] == {"package": SERVED, "promoted_from": PROMOTED_FROM, "digest": DIGEST}
+
+
+def test_status_of_a_stage_without_promoted_weights_shows_no_served_version(cli, deployed):
+    result = cli("status", "--stage", "dev", "--json")
+
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["stages"][0]["served"] is None
+    assert "serves" not in cli("status", "--stage", "dev").stdout

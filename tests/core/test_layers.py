@@ -24,10 +24,11 @@ LAYERS = {
     "core": {"training"},
     "infrastructure": {"core", "training"},
     "generators": {"core", "infrastructure", "model_artifacts", "training"},
-    "cli": {"core", "generators"},
+    "cli": {"core", "generators", "promotion"},
     "app": {"core", "infrastructure"},
     "training": set(),
     "model_artifacts": set(),
+    "promotion": set(),  # runs in AWS Lambda, where nothing else of the repository exists
 }
 # The platform side, where an import inside a function needs its reason (`# deferred: ...`). The container code
 # defers imports by design (each backend imports only what its image has): see training/finetune/backends.

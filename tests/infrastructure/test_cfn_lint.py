@@ -14,7 +14,7 @@ from tests.cdk_assembly import REPO
 
 # W3005 ("DependsOn already enforced by a GetAtt") is ignored because aws-cdk-lib writes these DependsOn:
 # lambda.Function and CustomResourceProvider on their roles, CDK Pipelines' CodePipeline on its role.
-CDK_GENERATED_DEPENDS_ON = {"AWS::Lambda::Function", "AWS::CodePipeline::Pipeline"}
+CDK_GENERATED_DEPENDS_ON = {"AWS::Lambda::Function", "AWS::CodePipeline::Pipeline", "AWS::StepFunctions::StateMachine"}
 
 
 def test_every_template_passes_cfn_lint(assembly, promotion_assembly, tmp_path):

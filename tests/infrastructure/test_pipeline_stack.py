@@ -82,8 +82,13 @@ def test_smoke_test_invokes_the_stage_endpoint_through_its_role_with_the_stage_o
         a for s in codepipeline(promotion)["Stages"] for a in s["Actions"] if a["Name"] == "SmokeTest-staging"
     ]
     env = {v["name"]: v for v in json.loads(smoke_actions[0]["Configuration"]["EnvironmentVariables"])}
-    assert set(env) >= {"ENDPOINT_NAME", "PIPELINE_NAME", "SMOKE_TEST_ROLE_ARN"}
+    assert set(env) >= {"ENDPOINT_NAME", "PIPELINE_NAME", "SMOKE_TEST_ROLE_ARN", "SERVED_DIGEST"}
     assert env["ENDPOINT_NAME"]["value"].startswith("#{")  # taken from the stage stack's outputs at run time
+    assert env["SERVED_DIGEST"]["value"].startswith("#{")
+    # staging serves a promoted version: its smoke test checks the endpoint serves exactly the one this release
+    # copied; dev trains its own and has no digest to check.
+    digest_checks = [" ".join(spec["phases"]["build"]["commands"]) for spec in specs]
+    assert sum('--expect-digest "$SERVED_DIGEST"' in commands for commands in digest_checks) == 1
 
 
 def test_synth_runs_make_synth_with_the_release(promotion):
@@ -188,7 +193,9 @@ def test_approved_models_start_the_pipeline_and_other_accounts_may_send_their_ap
         "source": ["aws.sagemaker"],
         "detail-type": ["SageMaker Model Package State Change"],
         "detail": {
-            "ModelPackageGroupName": ["llm-platform-dev", "llm-platform-staging", "llm-platform-prod"],
+            # staging and prod serve copies of dev's versions, which each release registers Approved: only an
+            # approval where versions are made starts one.
+            "ModelPackageGroupName": ["llm-platform-dev"],
             "ModelApprovalStatus": ["Approved"],
         },
     }
@@ -197,25 +204,23 @@ def test_approved_models_start_the_pipeline_and_other_accounts_may_send_their_ap
         for r in resources
         if r["Type"] == "AWS::Events::EventBusPolicy"
     )
-    assert senders == [f"arn:aws:iam::{a}:root" for a in ("222222222222", "333333333333", "444444444444")]
-    forward = promotion.resources("Pipeline-staging", "Training", "AWS::Events::Rule")
+    assert senders == ["arn:aws:iam::222222222222:root"]
+    forward = promotion.resources("Pipeline-dev", "Training", "AWS::Events::Rule")
     (target,) = next(iter(forward.values()))["Properties"]["Targets"]
     assert target["Arn"] == "arn:aws:events:us-east-1:111111111111:event-bus/default"
+    for promoting in ("Pipeline-staging", "Pipeline-prod"):
+        assert not promotion.resources(promoting, "Training", "AWS::Events::Rule")
 
 
-def test_latest_approved_weights_are_looked_up_again_for_every_release(tmp_path):
+def test_promoted_weights_are_looked_up_again_for_every_release(tmp_path):
     first = synthesize(PROMOTION, tmp_path / "a", release="exec-1", only_stage="staging")
     second = synthesize(PROMOTION, tmp_path / "b", release="exec-2", only_stage="staging")
 
-    def lookup(assembly) -> str:
-        (resource,) = [
-            r
-            for k, r in assembly.resources("staging", "Serving", "Custom::AWS").items()
-            if k.startswith("LatestApproved")
-        ]
-        return json.dumps(resource["Properties"]["Update"])
+    def release(assembly) -> str:
+        (resource,) = assembly.resources("staging", "Serving", "Custom::PromotedWeights").values()
+        return resource["Properties"]["Release"]
 
-    assert "exec-1" in lookup(first) and "exec-2" in lookup(second)
+    assert (release(first), release(second)) == ("exec-1", "exec-2")
 
 
 def test_stages_in_the_pipeline_are_the_stages_deployed_by_hand(promotion):
@@ -242,18 +247,16 @@ def test_the_default_config_has_no_pipeline_and_the_example_does():
 
 
 def test_eventbridge_forwards_a_stages_approvals_only_for_its_own_rule(promotion):
-    template = promotion.template("Pipeline-staging", "Training")
-    (rule,) = promotion.resources("Pipeline-staging", "Training", "AWS::Events::Rule").values()
-    assert rule["Properties"]["Name"] == "llm-platform-staging-forward-approvals"
+    template = promotion.template("Pipeline-dev", "Training")
+    (rule,) = promotion.resources("Pipeline-dev", "Training", "AWS::Events::Rule").values()
+    assert rule["Properties"]["Name"] == "llm-platform-dev-forward-approvals"
     (target,) = rule["Properties"]["Targets"]
     role = template["Resources"][target["RoleArn"]["Fn::GetAtt"][0]]["Properties"]
     (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
     assert trust["Principal"] == {"Service": "events.amazonaws.com"}
     assert render(trust["Condition"]) == {
-        "StringEquals": {"aws:SourceAccount": "333333333333"},
-        "ArnEquals": {
-            "aws:SourceArn": "arn:aws:events:us-east-1:333333333333:rule/llm-platform-staging-forward-approvals"
-        },
+        "StringEquals": {"aws:SourceAccount": "222222222222"},
+        "ArnEquals": {"aws:SourceArn": "arn:aws:events:us-east-1:222222222222:rule/llm-platform-dev-forward-approvals"},
     }
 
 

@@ -75,6 +75,7 @@ def test_only_the_code_packaging_functions_write_a_handler_folder_of_served_weig
     assert statement["Action"] == "s3:PutObject"
     assert sorted(render(statement["Resource"])) == [
         "<Models.Arn>/pretrained/*/inference/*",
+        "<Models.Arn>/promoted/*/inference/*",
         "<Models.Arn>/registered/*/inference/*",
         "<Models.Arn>/trained/*/inference/*",
     ]
@@ -82,7 +83,12 @@ def test_only_the_code_packaging_functions_write_a_handler_folder_of_served_weig
         "ArnNotLike": {"aws:PrincipalArn": [f"arn:aws:iam::{ACCOUNT}:role/{path}/code-packaging/*"]}
     }
     assert bucket_layout.HANDLER_SUBFOLDER == "inference/"
-    assert bucket_layout.SERVED_WEIGHTS == (bucket_layout.PRETRAINED, bucket_layout.TRAINED, bucket_layout.REGISTERED)
+    assert bucket_layout.SERVED_WEIGHTS == (
+        bucket_layout.PRETRAINED,
+        bucket_layout.TRAINED,
+        bucket_layout.REGISTERED,
+        bucket_layout.PROMOTED,
+    )
 
 
 @pytest.mark.parametrize("stage", STAGES)

@@ -27,6 +27,17 @@ def test_template_matches_snapshot(assembly, snapshot_json, stage, stack):
     assert template == snapshot_json
 
 
+# config/examples/promotion.yaml: the grants a source stage gives (dev's storage and training), the copy and its role
+# in a promoting stage (staging's storage and serving), in three accounts.
+PROMOTION_STACKS = [("dev", "Storage"), ("dev", "Training"), ("staging", "Storage"), ("staging", "Serving")]
+
+
+@pytest.mark.parametrize(("stage", "stack"), PROMOTION_STACKS, ids=[f"promotion-{s}-{k}" for s, k in PROMOTION_STACKS])
+def test_promotion_template_matches_snapshot(promotion_assembly, snapshot_json, stage, stack):
+    template = json.loads(normalize_hashes(json.dumps(promotion_assembly.template(stage, stack), sort_keys=True)))
+    assert template == snapshot_json
+
+
 def test_every_synthesized_stack_has_a_snapshot(assembly):
     assert sorted((stage, stack) for stage, stacks in assembly.templates.items() for stack in stacks) == sorted(STACKS)
 

@@ -5,6 +5,8 @@ version, the order of the writes, and the refusals."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -37,23 +39,24 @@ CARRIED = sorted(k for k in JOB_OUTPUT if "inference/" not in k)
 
 class Recording:
     """moto's S3 client, recording the keys written, in order; `fail_copy` (a 1-based count) fails that copy as a lost
-    connection would, `after_head` runs after each HeadObject of a source key, and `config` (a TransferConfig) goes to
-    the managed copy."""
+    connection would, `after_head` runs after each HeadObject of a source key, and `sizes` ({key: bytes}) makes
+    HeadObject report those sizes (moto cannot hold a 5 GiB object)."""
 
-    def __init__(self, client, fail_copy: int | None = None, after_head=None, config=None) -> None:
+    def __init__(self, client, fail_copy: int | None = None, after_head=None, sizes=None) -> None:
         self.client = client
         self.writes: list[str] = []
         self.fail_copy = fail_copy
         self.after_head = after_head
-        self.config = config
+        self.sizes = sizes or {}
         self.operations: list[str] = []
         client.meta.events.register("before-call.s3.*", lambda model, **_: self.operations.append(model.name))
 
-    def copy(self, CopySource, Bucket, Key, **kwargs):
+    def copy_object(self, **kwargs):
         if self.fail_copy is not None and len(self.writes) + 1 == self.fail_copy:
             raise ConnectionError("connection reset during the copy")
-        self.client.copy(CopySource, Bucket, Key, Config=self.config, **kwargs)
-        self.writes.append(Key)
+        response = self.client.copy_object(**kwargs)
+        self.writes.append(kwargs["Key"])
+        return response
 
     def put_object(self, **kwargs):
         self.client.put_object(**kwargs)
@@ -61,6 +64,7 @@ class Recording:
 
     def head_object(self, **kwargs):
         head = self.client.head_object(**kwargs)
+        head["ContentLength"] = self.sizes.get(kwargs["Key"], head["ContentLength"])
         if self.after_head is not None and kwargs["Key"].startswith(SOURCE_PREFIX):
             self.after_head(kwargs["Key"])
         return head
@@ -78,6 +82,11 @@ def client():
         for name, data in JOB_OUTPUT.items():
             s3.put_object(Bucket=BUCKET, Key=SOURCE_PREFIX + name, Body=data)
         yield s3
+
+
+def sha256(data: bytes) -> str:
+    """The base64 SHA-256 S3 reports as ChecksumSHA256."""
+    return base64.b64encode(hashlib.sha256(data).digest()).decode()
 
 
 def keys(s3, prefix: str) -> set[str]:
@@ -102,7 +111,8 @@ def test_copies_every_file_byte_for_byte_and_writes_the_record_last(client, caps
     assert stored["source"] == SOURCE and stored["registered_at"].endswith("+00:00")
     versions = {name: client.head_object(Bucket=BUCKET, Key=SOURCE_PREFIX + name)["VersionId"] for name in CARRIED}
     assert stored["files"] == {
-        name: {"bytes": len(JOB_OUTPUT[name]), "source_version": versions[name]} for name in CARRIED
+        name: {"bytes": len(JOB_OUTPUT[name]), "source_version": versions[name], "sha256": sha256(JOB_OUTPUT[name])}
+        for name in CARRIED
     }
     out = capsys.readouterr().out
     assert f"model-00002-of-00002.safetensors: {len(JOB_OUTPUT['model-00002-of-00002.safetensors'])} bytes" in out
@@ -129,26 +139,47 @@ def test_copies_the_version_it_read_even_when_the_source_is_overwritten_meanwhil
     record = register_weights.run(SOURCE, DESTINATION, s3=Recording(client, after_head=overwrite))
     assert body(client, SOURCE_PREFIX + name) == b"tampered"  # the overwrite did happen
     assert body(client, DESTINATION_PREFIX + name) == JOB_OUTPUT[name]
-    assert record["files"][name] == {"bytes": len(JOB_OUTPUT[name]), "source_version": first}
+    assert record["files"][name] == {
+        "bytes": len(JOB_OUTPUT[name]),
+        "source_version": first,
+        "sha256": sha256(JOB_OUTPUT[name]),
+    }
 
 
-def test_a_multipart_copy_also_copies_the_version_it_read(client):
-    # Above the managed transfer's threshold (8 MiB by default, set to 5 MiB here) the copy is UploadPartCopy, each
-    # part from the pinned version.
-    from boto3.s3.transfer import TransferConfig
-
-    name, big = "model-00003-of-00003.safetensors", b"w" * (11 * 2**20)
+def test_each_file_is_one_copy_object_whose_sha256_s3_computed_is_recorded(client):
+    # Above boto3's managed-transfer threshold (8 MiB) too: one CopyObject, never UploadPartCopy, so S3 computes the
+    # SHA-256 of the whole object, the one a promotion verifies its copies against.
+    name, big = "model-00003-of-00003.safetensors", bytes(range(251)) * (9 * 2**20 // 251)
     client.put_object(Bucket=BUCKET, Key=SOURCE_PREFIX + name, Body=big)
-
-    def overwrite(key):
-        if key == SOURCE_PREFIX + name:
-            client.put_object(Bucket=BUCKET, Key=key, Body=b"tampered")
-
-    config = TransferConfig(multipart_threshold=5 * 2**20, multipart_chunksize=5 * 2**20)
-    s3 = Recording(client, after_head=overwrite, config=config)
+    s3 = Recording(client)
     record = register_weights.run(SOURCE, DESTINATION, s3=s3)
-    assert "UploadPartCopy" in s3.operations
-    assert body(client, DESTINATION_PREFIX + name) == big and record["files"][name]["bytes"] == len(big)
+    assert "UploadPartCopy" not in s3.operations
+    assert s3.operations.count("CopyObject") == len(CARRIED) + 1
+    assert record["files"][name] == {
+        "bytes": len(big),
+        "source_version": client.head_object(Bucket=BUCKET, Key=SOURCE_PREFIX + name)["VersionId"],
+        "sha256": sha256(big),
+    }
+    head = client.head_object(Bucket=BUCKET, Key=DESTINATION_PREFIX + name, ChecksumMode="ENABLED")
+    assert head["ChecksumSHA256"] == sha256(big)
+
+
+def test_a_file_above_5_gib_is_refused_before_anything_is_copied(client):
+    name = "model-00002-of-00002.safetensors"
+    s3 = Recording(client, sizes={SOURCE_PREFIX + name: 5 * 2**30 + 1})
+    with pytest.raises(register_weights.RegistrationError, match=r"model-00002-of-00002\.safetensors holds 5368709121 "
+                       r"bytes .*more than the 5 GiB one CopyObject copies: .*max_shard_size"):  # fmt: skip
+        register_weights.run(SOURCE, DESTINATION, s3=s3)
+    assert s3.writes == [] and "CopyObject" not in s3.operations
+
+
+def test_a_file_of_exactly_5_gib_is_copied(client):
+    name = "model-00002-of-00002.safetensors"
+    # The size HeadObject reports before the copy is 5 GiB; the copy itself then finds moto's real size.
+    s3 = Recording(client, sizes={SOURCE_PREFIX + name: 5 * 2**30})
+    with pytest.raises(register_weights.RegistrationError, match=r"holds 6000 bytes after the copy, but version"):
+        register_weights.run(SOURCE, DESTINATION, s3=s3)
+    assert DESTINATION_PREFIX + name in s3.writes
 
 
 def test_a_run_that_fails_half_way_writes_no_record(client):
