@@ -32,8 +32,8 @@ export CDK_HOME := $(CURDIR)/.cdk-home
 export SAGEMAKER_SUPPRESS_V2_WARNING := 1
 export DS_ACCELERATOR := cpu
 
-.PHONY: help synth deploy diff destroy test test-containers lock check-upstream lint format clean local-serve local-train acknowledgements diagram docs rehearse rehearse-promotion \
-	bench bench-gpu gpu-check
+.PHONY: help synth deploy diff destroy test test-containers lock check-upstream lint format clean local-serve local-train acknowledgements diagram docs rehearse rehearse-examples rehearse-promotion \
+	bench bench-gpu gpu-check integ
 
 help:
 	@echo "make synth                 set up, synthesize every stage offline, print the plan"
@@ -47,8 +47,10 @@ help:
 	@echo "make destroy STAGE=dev [STACK=Serving]  delete a stage's stacks (or one); retained data and keys stay"
 	@echo "make local-serve           serve the inference handler on 127.0.0.1:\$$PORT (MODEL=dir|s3://..., default a tiny GPT-J)"
 	@echo "make local-train [STAGE=dev]  run the synthesized Train step through the SageMaker training toolkit, on CPU"
-	@echo "make rehearse [STAGE=prod]  deploy a stage onto moto's AWS emulator with the real CDK CLI, check it, destroy it"
+	@echo "make rehearse [STAGE=prod] [KEEP=1]  deploy a stage onto moto with the real CDK CLI, check it, destroy it (KEEP=1: leave it up for llmp)"
+	@echo "make rehearse-examples     the rehearsal of every config/examples/ file: PASS, SKIP (and why) or FAIL, as a table"
 	@echo "make rehearse-promotion [FROM=dev TO=staging]  copy an approved version across two accounts on moto, checked"
+	@echo "make integ [DRY_RUN=1] [YES=1]  deploy integ/config.yaml into YOUR account, train, serve, check, destroy (costs money)"
 	@echo "make bench                 measure synth, handler, training, artifacts, cold start, suite into BENCHMARKS.md"
 	@echo "make bench-gpu [GPU_PYTHON=...]  the GPU figures (DeepSpeed vs HF generate, train.py tokens/s), on a CUDA GPU"
 	@echo "make gpu-check [GPU_PYTHON=...]  on one CUDA GPU: the handler's kernel injection and int8 against HF generate,"
@@ -129,16 +131,29 @@ local-serve: $(VENV)/.test-deps
 local-train: $(VENV)/.test-deps synth
 	$(PY) -m local.train_step --assembly cdk.out $(if $(STAGE),--stage $(STAGE)) --work-dir .local-train
 
-# Offline deploy rehearsal: moto's server on 127.0.0.1, the pinned CLI, config/overlays/moto-rehearsal.yaml unless
-# OVERLAY names another.
+# Offline deploy rehearsal: moto's server on 127.0.0.1, the pinned CLI, an overlay generated from CONFIG for the stage
+# (rehearsal/overlay.py: what moto cannot take) unless OVERLAY names one.
 rehearse: $(VENV)/.test-deps node_modules/.installed
-	$(PY) -m rehearsal.rehearse --config $(CONFIG) $(if $(STAGE),--stage $(STAGE)) $(if $(OVERLAY),--overlay $(OVERLAY))
+	$(PY) -m rehearsal.rehearse --config $(CONFIG) $(if $(STAGE),--stage $(STAGE)) $(if $(OVERLAY),--overlay $(OVERLAY)) \
+		$(if $(filter 1 yes true,$(KEEP)),--stay-up)
+
+# The rehearsal of every file in config/examples/, one after another (each uses both cores): PASS, SKIP with the reason
+# it cannot be rehearsed on moto, or FAIL; the table at the end, exit 1 if any failed. Not part of make test.
+rehearse-examples: $(VENV)/.test-deps node_modules/.installed
+	$(PY) -m pytest -m rehearse_examples -n 0 tests/rehearsal/test_rehearse_examples.py
 
 # Promotion rehearsal (issue 24): an approved version copied from one stage's account into another's on moto's
 # server, through the real promotion handler; config/examples/promotion.yaml unless CONFIG names another.
 rehearse-promotion: $(VENV)/.test-deps node_modules/.installed
 	$(PY) -m rehearsal.promotion $(if $(filter-out file,$(origin CONFIG)),--config $(CONFIG)) \
 		$(if $(FROM),--from-stage $(FROM)) $(if $(TO),--to-stage $(TO))
+
+# The integration run (docs/integration-tests.md): a real stage in the caller's own AWS account, deployed, trained,
+# served, checked and always destroyed, with an estimate first and a report in integ/reports/. Not part of make test
+# or .ci/run (CI has no AWS). DRY_RUN=1 prints the plan, the estimate and the steps without credentials; YES=1 does not
+# ask; INTEG_ARGS passes more (--max-usd 10 --deadline-minutes 240). CONFIG is not read here: the run has its own.
+integ: $(VENV)/.synth-deps node_modules/.installed
+	$(PY) -m integ.run $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) $(if $(filter 1 yes true,$(YES)),--yes) $(INTEG_ARGS)
 
 # --- measurements -----------------------------------------------------------------------------------------------
 
@@ -202,14 +217,17 @@ diagram: $(VENV)/.synth-deps node_modules/.installed
 	rm -rf .diagram
 
 # Every generated page of docs/: the two above, the config reference and JSON Schemas (from core/config/), and the
-# table of synth checks. Tests compare each with what its generator writes now.
-docs: $(VENV)/.synth-deps acknowledgements diagram
+# table of synth checks, the exit statuses of llmp and a session of llmp against moto (docs/operations.md; moto is a
+# test dependency). Tests compare each with what its generator writes now.
+docs: $(VENV)/.test-deps acknowledgements diagram
 	$(PY) -m generators.config_reference > docs/config-reference.md
 	$(PY) -m generators.config_schema > docs/config.schema.json
 	$(PY) -m generators.config_schema --overlay > docs/config-overlay.schema.json
 	$(PY) -m generators.synth_checks_page > docs/synth-checks.md
 	$(PY) -m generators.request_tables --write
 	$(PY) -m generators.architectures --write
+	$(PY) -m cli.reference.exit_table --write
+	$(PY) -m cli.reference.transcript --write
 
 lint: $(VENV)/.test-deps
 	$(VENV)/bin/ruff check .

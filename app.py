@@ -74,6 +74,7 @@ def main(app: App | None = None) -> None:
 
 def _synthesize(app: App | None) -> None:
     # deferred: as in build_app, a broken import is reported by main().
+    from core import synth_record
     from core.config import DEFAULT_CONFIG, load_config
     from infrastructure import template_validation, validation_report
 
@@ -89,6 +90,8 @@ def _synthesize(app: App | None) -> None:
     if cached_validation:
         template_validation.install(app)
     validation_report.synthesize(app)
+    # Which config this assembly holds, for `llmp plan` to refuse an assembly of another config (core/synth_record.py).
+    synth_record.write(app.outdir, config_path, shown=relative_to_repo(config_path))
 
 
 def relative_to_repo(path: str | Path) -> str:

@@ -7,6 +7,7 @@ them against a synthesized assembly); the values come from CloudFormation, never
 from __future__ import annotations
 
 import functools
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +17,7 @@ import botocore.session
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from cli.errors import CliError, Exit, aws_errors
+from cli.errors import CliError, Exit, aws_errors, shorten
 from core.config import PlatformConfig, StageConfig
 from core.naming import StageNames
 
@@ -40,8 +41,29 @@ UNUSABLE = {
     "DELETE_FAILED",
     "DELETE_COMPLETE",
 }
-# Standard retries with backoff on throttling: a followed run polls for hours.
-CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 8}, user_agent_extra="llmp")
+# Standard retries with backoff on throttling: a followed run polls for hours. Each retry is announced on stderr
+# (announce_retries), so a slow answer is never silence.
+MAX_ATTEMPTS = 8
+CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": MAX_ATTEMPTS}, user_agent_extra="llmp")
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What --profile and --region chose for this command (None: boto3's own choice, the stage's region)."""
+
+    profile: str | None = None
+    region: str | None = None
+
+
+# Set by the options of the command being run (cli/options.py), reset at the start of each command line.
+chosen = Choice()
+
+
+def choose(*, profile: str | None = None, region: str | None = None, reset: bool = False) -> None:
+    """Record --profile / --region (the last one given wins)."""
+    global chosen
+    base = Choice() if reset else chosen
+    chosen = Choice(profile=profile or base.profile, region=region or base.region)
 
 
 class WrongAccount(CliError):
@@ -85,15 +107,19 @@ def one_stage(config: PlatformConfig, config_path: str, name: str | None) -> Sta
 class Aws:
     """Clients per service and region, made once, with the credentials boto3 finds (AWS_PROFILE, SSO, keys...)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, profile: str | None = None, region: str | None = None) -> None:
         self.clients: dict[tuple[str, str], Any] = {}
         self._sessions: dict[str, boto3.Session] = {}
+        self.profile = profile
+        self.region = region  # --region: instead of the stage's
 
     def client(self, service: str, region: str) -> Any:
         if (service, region) not in self.clients:
             with aws_errors():
-                session = self._sessions.setdefault(region, session_for(region))
-                self.clients[service, region] = session.client(service, config=CLIENT_CONFIG)
+                session = self._sessions.setdefault(region, session_for(self.region or region, self.profile))
+                made = session.client(service, config=CLIENT_CONFIG)
+                announce_retries(made)
+                self.clients[service, region] = made
         return self.clients[service, region]
 
     @functools.cache  # noqa: B019 - one identity per region for the life of one command
@@ -161,13 +187,52 @@ def _service_models() -> botocore.loaders.Loader:
     return botocore.loaders.create_loader()
 
 
-def session_for(region: str) -> boto3.Session:
+def session_for(region: str, profile: str | None = None) -> boto3.Session:
     """A boto3 session with the process's one loader of API models (SageMaker's takes most of a second to parse)."""
     core = botocore.session.get_session()
     core.register_component("data_loader", _service_models())
-    return boto3.Session(botocore_session=core, region_name=region)
+    return boto3.Session(botocore_session=core, region_name=region, profile_name=profile)
+
+
+def announce_retries(client: Any) -> None:
+    """Say on stderr each time botocore retries a call, and why, instead of sleeping in silence.
+
+    botocore's retry handler (standard mode) answers the `needs-retry` event of each attempt; when it asks for a
+    retry, the endpoint sleeps and sends the request again, emitting `request-created` with the attempt number in
+    the request's context (botocore/endpoint.py, _send_request). So: `needs-retry` notes what the attempt got, in
+    that context, and `request-created` of attempt 2 and later says it, before the request goes out again."""
+    service = client.meta.service_model.service_id.hyphenize()
+    client.meta.events.register_first(f"needs-retry.{service}", _note_outcome, unique_id=f"llmp-note-{service}")
+    client.meta.events.register(f"request-created.{service}", _say_retrying, unique_id=f"llmp-retrying-{service}")
+
+
+def _note_outcome(request_dict: dict[str, Any], response: Any = None, caught_exception: Any = None, **_: Any) -> None:
+    if caught_exception is not None:
+        reason = f"{type(caught_exception).__name__}: {shorten(str(caught_exception))}"
+    elif response is not None:
+        http, parsed = response
+        error = parsed.get("Error", {}) if isinstance(parsed, dict) else {}
+        code = error.get("Code") or ""
+        reason = f"HTTP {http.status_code}" + (f" {code}" if code and code != str(http.status_code) else "")
+        if error.get("Message"):
+            reason += f": {shorten(str(error['Message']))}"
+    else:
+        return
+    request_dict["context"]["llmp_last_outcome"] = reason
+
+
+def _say_retrying(request: Any, operation_name: str, **_: Any) -> None:
+    retries = request.context.get("retries", {})
+    attempt = retries.get("attempt", 1)
+    if attempt < 2:
+        return
+    reason = request.context.get("llmp_last_outcome", "an error")
+    sys.stderr.write(
+        f"llmp: {operation_name} got {reason}; retrying (attempt {attempt} of {retries.get('max', MAX_ATTEMPTS)})\n"
+    )
+    sys.stderr.flush()
 
 
 def connect() -> Aws:
-    """The AWS access of one command (tests replace it)."""
-    return Aws()
+    """The AWS access of one command, with --profile and --region if given (tests replace it)."""
+    return Aws(profile=chosen.profile, region=chosen.region)

@@ -379,12 +379,14 @@ def endpoint_config(d: Deployment) -> Check:
         if capture.get("EnableCapture")
         else "no data capture"
     )
+    # An endpoint that hosts inference components names no model in its variants: the components bring them.
+    model_text = f"model {variant['ModelName'][-40:]}" if "ModelName" in variant else "no model (inference components)"
     return summarize(
         "SageMaker endpoint config",
         problems,
         f"{variant['VariantName']}: {variant['InitialInstanceCount']} x {variant['InstanceType']}, start-up health "
         f"check {variant.get('ContainerStartupHealthCheckTimeoutInSeconds')} s, download "
-        f"{variant.get('ModelDataDownloadTimeoutInSeconds')} s, model {variant['ModelName'][-40:]}; {capture_text}",
+        f"{variant.get('ModelDataDownloadTimeoutInSeconds')} s, {model_text}; {capture_text}",
     )
 
 

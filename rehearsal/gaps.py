@@ -89,6 +89,10 @@ class InstanceTypeProbe:
     instance_type: str
     rejection: str | None  # moto's error message, or None when moto accepts it
 
+    @property
+    def accepted(self) -> bool:
+        return self.rejection is None
+
 
 def probe_instance_type(aws: Aws, instance_type: str, *, account: str) -> InstanceTypeProbe:
     """Ask the emulator itself whether it accepts an endpoint on `instance_type` (a throwaway model and config)."""
@@ -115,15 +119,21 @@ def probe_instance_type(aws: Aws, instance_type: str, *, account: str) -> Instan
 
 
 def instance_type_line(probe: InstanceTypeProbe, rehearsed_instance_type: str, overlay_changes: list[str]) -> str:
-    """What moto says of the configured endpoint instance type, and what the rehearsal deployed instead."""
+    """What the emulator says of the configured endpoint instance type, and what the rehearsal deployed."""
     changes = "; ".join(overlay_changes) or "nothing"
     if probe.rejection is None:
+        if not overlay_changes:
+            return (
+                f"instance types: the endpoint was deployed on its configured {probe.instance_type}, which the "
+                "emulator accepts as SageMaker's API does (fix endpoint-instance-types below); no instance runs behind "
+                "it, so whether the model fits it is checked only by the config's synth checks"
+            )
         return (
-            f"instance types: moto accepts {probe.instance_type} for an endpoint (the overlay changed: {changes}); "
-            "an overlay is no longer needed for it"
+            f"instance types: the emulator accepts {probe.instance_type} for an endpoint (the overlay changed: "
+            f"{changes}); an overlay is no longer needed for it"
         )
     listed = re.sub(r"enum value set: \[.*\]", "enum value set: [its own list]", probe.rejection)
-    said = f"instance types: moto rejects {probe.instance_type} for an endpoint ({listed!r})"
+    said = f"instance types: the emulator rejects {probe.instance_type} for an endpoint, as SageMaker does ({listed!r})"
     if rehearsed_instance_type == probe.instance_type:
         return f"{said}, and the overlays leave it in place, so the serving stack cannot deploy on moto"
     return (
@@ -142,8 +152,8 @@ def recreated_roles_gap(roles_before: set[str], roles_after: set[str], prefixes:
         f"moto re-created {len(new)} roles of the deleted stacks under new names (e.g. {new[0]}): its CloudFormation "
         "resource map is lazy, and resolving a reference to a resource it has already deleted (while deleting the "
         "resources that refer to it, or when the CLI reads a deleted stack's outputs) creates that resource again. "
-        "So the rehearsal checks only that retained resources survive and that the endpoint, its config and model "
-        "are gone",
+        "So of what the destroy deletes, the rehearsal checks only the buckets, keys and log groups its removal "
+        "policy governs and the endpoint, its config and model",
     )
 
 

@@ -1,15 +1,22 @@
 """Deploy rehearsal: one stage through the real CDK CLI onto moto's AWS emulator, checked, destroyed, checked.
 
     make rehearse                                            # the first stage that retains its data (staging)
-    .venv/bin/python -m rehearsal.rehearse --stage prod      # another stage with removal_policy retain
+    .venv/bin/python -m rehearsal.rehearse --stage dev       # a stage with removal_policy destroy: its data goes too
     .venv/bin/python -m rehearsal.rehearse --config path/to/config.yaml --keep
+    .venv/bin/python -m rehearsal.rehearse --overlay path/to/overlay.yaml    # your overlay, not a generated one
+    make rehearse KEEP=1                                     # --stay-up: after the deploy's checks, leave it running
 
-Steps: start moto's server on 127.0.0.1 (a free port); `cdk synth` the stage with the rehearsal overlay (moto
-rejects g5 endpoints); `cdk bootstrap`; `cdk deploy` (asset publishing, change sets); check what the emulator can
-represent against the templates; `cdk deploy` again (must change nothing); put an object in the data bucket;
-`cdk destroy`; check that everything marked Retain survives, the object too, and that the endpoint is gone.
-Prints PASS/FAIL per check and what moto does not emulate. Exit status: 0 all passed, 1 a check failed,
-2 the rehearsal could not be set up. Nothing can reach AWS: see `cdk_cli.environment`.
+Steps: generate the overlay for the stage (rehearsal/overlay.py: empty unless the stage serves on an instance type
+SageMaker does not host endpoints on); start moto's server, with the emulator's fixes, on 127.0.0.1 (a free port);
+`cdk synth` the stage with it; `cdk bootstrap`; `cdk deploy` (asset publishing, change sets); check what the emulator
+can represent against the templates; `cdk deploy` again (must change nothing); put an object in the data bucket; for
+a stage that deletes its data, empty the buckets its Custom::S3AutoDeleteObjects would (moto cannot run them: printed
+as a gap); `cdk destroy`; check what the stage's removal policy promises (retain: every bucket, KMS key and log group
+survives, the object too; destroy: the buckets and log groups are gone, the keys pending deletion, the object with its
+bucket) and that the endpoint is gone. Prints PASS/FAIL per check and what moto does not emulate. Exit status: 0 all
+passed, 1 a check failed, 2 the rehearsal could not be set up (bad arguments, an invalid config or overlay), 3 the
+config cannot be rehearsed on moto, for the reason printed (no instance type the emulator accepts passes the config's
+checks for the stage). Nothing can reach AWS: see `cdk_cli.environment`.
 """
 
 from __future__ import annotations
@@ -24,21 +31,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rehearsal import cdk_cli, checks, gaps, retention
+from rehearsal import cdk_cli, checks, gaps, overlay, retention
 from rehearsal.assembly import StackTemplate, read_stage
 from rehearsal.deployment import Aws, Deployment
 from rehearsal.findings import Check, Finding, Gap
 from rehearsal.server import Emulator, EmulatorError, running_emulator
 
 DEFAULT_CONFIG = "config/default.yaml"
-DEFAULT_OVERLAY = "config/overlays/moto-rehearsal.yaml"
-# Put in the data bucket before the destroy; it must still be there, unchanged, afterwards.
-RETAINED_OBJECT_KEY = "raw/rehearsal/retained-object.txt"
-RETAINED_OBJECT_BODY = b"Put by the deploy rehearsal before cdk destroy; a retained bucket keeps it.\n"
+GENERATED_OVERLAY = "moto-overlay.yaml"  # in the work directory: the overlay generated for the stage rehearsed
+# Put in the data bucket before the destroy: afterwards it is there, unchanged (retain), or gone with its bucket.
+DATA_OBJECT_KEY = "raw/rehearsal/data-object.txt"
+DATA_OBJECT_BODY = b"Put by the deploy rehearsal before cdk destroy: a retained bucket keeps it, a destroyed one not.\n"
 
 
 class SetupError(Exception):
-    """The rehearsal cannot start (bad arguments, a stage it cannot rehearse); exit status 2."""
+    """The rehearsal cannot start (bad arguments, an invalid config or overlay, a stage that does not exist); exit 2."""
+
+
+class CannotRehearse(SetupError):
+    """The config has nothing moto can deploy, for a reason of the config and moto, not of the arguments; exit 3."""
+
+    def __init__(self, reason: str, details: list[str] | None = None) -> None:
+        super().__init__(reason)
+        self.reason, self.details = reason, details or []
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -49,13 +64,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--config", default=DEFAULT_CONFIG, help=f"the platform config (default {DEFAULT_CONFIG})")
     parser.add_argument(
         "--overlay",
-        default=DEFAULT_OVERLAY,
-        help=f"overlays merged over the config, comma-separated (default {DEFAULT_OVERLAY}: what moto cannot take)",
+        help="overlays merged over the config, comma-separated, used instead of the generated one ('' for none; "
+        "default: generated from the config for the stage, rehearsal/overlay.py: what moto cannot take)",
     )
     parser.add_argument(
-        "--stage", help="the stage to rehearse; it must retain its data (default: the first such stage of the config)"
+        "--stage",
+        help="the stage to rehearse (default: the first stage that retains its data, else the first stage); it is "
+        "checked against its own removal_policy",
     )
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, cloud assembly)")
+    parser.add_argument(
+        "--stay-up",
+        action="store_true",
+        help="after the checks of the deploy, leave the stage deployed and the emulator running, to try llmp "
+        "against it (make rehearse KEEP=1); nothing is destroyed",
+    )
     return parser.parse_args(argv)
 
 
@@ -66,42 +89,60 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 class StageChoice:
     name: str
     why: str
+    overlays: tuple[str, ...]  # the overlay files merged over the config, generated or given
+    generated: overlay.StageOverlay | None  # what was generated, and why; None when overlays were given
     overlay_changes: list[str]  # `serving.instance_type ml.g5.2xlarge -> ml.g4dn.xlarge`
     real: Any  # the stage's StageConfig as configured
     rehearsed: Any  # the same with the overlays merged over it
 
 
-def choose_stage(config_path: str, overlays: tuple[str, ...], requested: str | None) -> StageChoice:
-    """The stage to rehearse, why, and what the overlays change in it. Raises SetupError when it cannot be."""
+def choose_stage(
+    config_path: str, requested: str | None, *, overlays: tuple[str, ...] | None, work_dir: Path
+) -> StageChoice:
+    """The stage to rehearse, why, and what the overlays change in it; with `overlays` None, the overlay is generated
+    for the stage into `work_dir`. Raises SetupError (or CannotRehearse) when it cannot be rehearsed."""
+    from core import synth_checks
     from core.config import ConfigError, load_config
 
     try:
         real = load_config(config_path)
-        rehearsed = load_config(config_path, overlays=overlays)
     except ConfigError as err:
         raise SetupError(str(err)) from None
-    retaining = [name for name, stage in real.stages.items() if stage.removal_policy == "retain"]
-    if requested is None:
-        if not retaining:
-            raise SetupError(f"{config_path}: no stage has removal_policy retain; the rehearsal checks retained data")
-        stage = retaining[0]
-        why = (
-            f"{stage} is the first stage in promotion order that keeps its data (removal_policy: retain), so "
-            "'retained data survives cdk destroy' tests the real setting, not one changed for the rehearsal"
-        )
-    else:
-        if requested not in real.stages:
-            raise SetupError(f"{config_path}: no stage named {requested!r}; stages: {', '.join(real.stages)}")
-        if requested not in retaining:
-            raise SetupError(
-                f"stage {requested} deletes its data with the stack (removal_policy: destroy, emptied by "
-                "Custom::S3AutoDeleteObjects, a Lambda custom resource moto cannot run), and the rehearsal checks "
-                f"that retained data survives cdk destroy; choose a stage with removal_policy retain: "
-                f"{', '.join(retaining) or 'none in this config'}"
-            )
-        stage, why = requested, f"{requested} was asked for; it keeps its data (removal_policy: retain)"
+    stage, why = _stage(config_path, real, requested)
+    generated = None
+    if overlays is None:
+        generated = overlay.for_stage(config_path, stage)
+        if generated.refusal:
+            raise CannotRehearse(generated.refusal, [f"{c}: {p}" for c, p in generated.refused.items()])
+        path = work_dir / GENERATED_OVERLAY
+        path.write_text(overlay.render([generated], config_path=config_path, destination=path))
+        overlays = (str(path),)
+    try:
+        rehearsed = load_config(config_path, only_stage=stage, overlays=overlays)
+        synth_checks.check(rehearsed, config_path=config_path)
+    except ConfigError as err:
+        raise SetupError(str(err)) from None
     changes = _changes(real.stages[stage].model_dump(), rehearsed.stages[stage].model_dump())
-    return StageChoice(stage, why, changes, real.stages[stage], rehearsed.stages[stage])
+    return StageChoice(stage, why, overlays, generated, changes, real.stages[stage], rehearsed.stages[stage])
+
+
+def _stage(config_path: str, real: Any, requested: str | None) -> tuple[str, str]:
+    if requested is None:
+        retaining = [name for name, stage in real.stages.items() if stage.removal_policy == "retain"]
+        if retaining:
+            stage = retaining[0]
+            return stage, (
+                f"{stage} is the first stage in promotion order that keeps its data (removal_policy: retain), so "
+                "'retained data survives cdk destroy' tests the real setting, not one changed for the rehearsal"
+            )
+        stage = next(iter(real.stages))
+        return stage, (
+            f"every stage of {config_path} deletes its data with the stack (removal_policy: destroy) and {stage} is "
+            "the first; after cdk destroy its buckets and log groups must be gone and its keys pending deletion"
+        )
+    if requested not in real.stages:
+        raise SetupError(f"{config_path}: no stage named {requested!r}; stages: {', '.join(real.stages)}")
+    return requested, f"{requested} was asked for (removal_policy: {real.stages[requested].removal_policy})"
 
 
 def _changes(before: Any, after: Any, path: str = "") -> list[str]:
@@ -183,39 +224,61 @@ class Rehearsal:
     """What one run needs and learns as it goes (the gaps section reads it, however far the run got)."""
 
     config: str
-    overlay: str
+    overlays: tuple[str, ...]
     stage: str
     region: str
+    removal_policy: str  # the stage's: what the checks after destroy hold it to
     work_dir: Path
+    stay_up: bool = False  # leave the stage deployed and the emulator running after the redeploy's check
     stacks: list[StackTemplate] = field(default_factory=list)
     outputs: dict[str, dict[str, str]] = field(default_factory=dict)  # stack name -> output key -> value
+    stayed_up: bool = False  # deployed, checked and left running (stay_up, and every check passed)
 
     @property
     def context(self) -> list[str]:
         """The app's context; paths made absolute, since the CLI runs from the repository root."""
-        overlays = ",".join(str(Path(p).resolve()) for p in self.overlay.split(",") if p)
+        overlays = ",".join(str(Path(p).resolve()) for p in self.overlays)
         return ["-c", f"config={Path(self.config).resolve()}", "-c", f"overlay={overlays}", "-c", f"stage={self.stage}"]
 
 
 def rehearse(args: argparse.Namespace, work_dir: Path, report: Report) -> None:
-    overlays = tuple(p for p in args.overlay.split(",") if p)
-    choice = choose_stage(args.config, overlays, args.stage)
-    run = Rehearsal(args.config, args.overlay, choice.name, choice.real.region, work_dir)
-    overlay_text = f" + overlay {args.overlay}" if overlays else ", no overlay"
+    given = None if args.overlay is None else tuple(p for p in args.overlay.split(",") if p)
+    choice = choose_stage(args.config, args.stage, overlays=given, work_dir=work_dir)
+    run = Rehearsal(
+        args.config,
+        choice.overlays,
+        choice.name,
+        choice.real.region,
+        choice.real.removal_policy,
+        work_dir,
+        stay_up=args.stay_up,
+    )
+    if choice.generated is not None:
+        overlay_text = f" + the overlay generated for it, {GENERATED_OVERLAY} in the work directory"
+    else:
+        overlay_text = f" + overlay {','.join(choice.overlays)}" if choice.overlays else ", no overlay"
     report.heading(f"Deploy rehearsal of stage {run.stage} ({args.config}{overlay_text}) on moto")
     report.heading(f"  why {run.stage}: {choice.why}")
     report.heading(f"  overlay, for this rehearsal only: {'; '.join(choice.overlay_changes) or 'no changes'}")
+    if choice.generated is not None:
+        for key, reason in choice.generated.why.items():
+            report.heading(f"    {key}: {reason}")
     report.heading(f"  work directory (logs, cloud assembly): {work_dir}")
 
     # A stage that names its account is deployed there (the CLI checks the credentials' account against it).
-    with running_emulator(work_dir / "moto-server.log", account=choice.real.account) as emulator:
+    # With --stay-up the emulator outlives the rehearsal only if the stage was deployed and checked.
+    with running_emulator(
+        work_dir / "moto-server.log", account=choice.real.account, stay_up=lambda: run.stayed_up
+    ) as emulator:
         report.step(f"emulator: moto's server on 127.0.0.1:{emulator.port} (clients use {emulator.endpoint_url})")
         aws = Aws(emulator.endpoint_url, run.region)
         account = aws("sts").get_caller_identity()["Account"]
         probe = gaps.probe_instance_type(aws, choice.real.serving.instance_type, account=account)
         deploy_check_destroy(run, report, emulator, aws, account)
-    report.step("emulator stopped")
+    report.step("emulator left running" if run.stayed_up else "emulator stopped")
     print_gaps(run, report, emulator.log.read_text(errors="replace"), probe, choice)
+    if run.stayed_up:
+        report.heading(stay_up_instructions(run, emulator))
 
 
 def deploy_check_destroy(run: Rehearsal, report: Report, emulator: Emulator, aws: Aws, account: str) -> None:
@@ -253,30 +316,44 @@ def deploy_check_destroy(run: Rehearsal, report: Report, emulator: Emulator, aws
     run_check(
         report, "redeploy", checks.redeploy_changed_nothing, run.stacks, redeploy.output, events_before, events_after
     )
+    if run.stay_up:
+        run.stayed_up = report.exit_status == 0
+        return
 
     data_bucket = next((o["DataBucketName"] for o in run.outputs.values() if "DataBucketName" in o), None)
     if data_bucket is None:
-        report.add(Check("retained data", False, "no stack has the output DataBucketName, where the object goes"))
+        report.add(Check("data", False, "no stack has the output DataBucketName, where the object goes"))
         return
-    aws("s3").put_object(Bucket=data_bucket, Key=RETAINED_OBJECT_KEY, Body=RETAINED_OBJECT_BODY)
-    report.step(f"put s3://{data_bucket}/{RETAINED_OBJECT_KEY} (the data bucket)")
+    aws("s3").put_object(Bucket=data_bucket, Key=DATA_OBJECT_KEY, Body=DATA_OBJECT_BODY)
+    report.step(f"put s3://{data_bucket}/{DATA_OBJECT_KEY} (the data bucket)")
     # Read before the destroy: afterwards the stacks' resource lists are gone.
-    retained = retention.retained_resources(deployment)
+    promised = retention.promised(deployment, run.removal_policy)
     billing = {
         resource_type: physical_id.rsplit("/", 1)[-1]
         for resource_type in ("AWS::SageMaker::Endpoint", "AWS::SageMaker::EndpointConfig", "AWS::SageMaker::Model")
         for _, _, _, physical_id in deployment.resources(resource_type)
     }
     roles_before = _role_names(aws)
+    auto_deleted = retention.auto_deleted_buckets(deployment)
+    if auto_deleted:
+        report.add(retention.empty_auto_deleted_buckets(aws, auto_deleted))
+        report.step(f"emptied {len(auto_deleted)} buckets, the work of {retention.AUTO_DELETE} (moto cannot run it)")
 
     destroy = cdk_cli.run(["destroy", selector, *app, "--force"], env=env, log=logs / "destroy.log")
     if not cli_step(report, f"destroy: cdk destroy --force '{selector}'", destroy):
         return
-    report.heading("checks after destroy:")
+    report.heading(f"checks after destroy (removal_policy: {run.removal_policy}):")
     run_check(report, "stacks deleted", retention.stacks_deleted, aws, run.stacks)
-    run_check(report, "retained resources survive", retention.retained_survive, aws, retained)
+    run_check(report, "removal policy kept", retention.promise_kept, aws, run.removal_policy, promised)
     run_check(
-        report, "retained data", retention.object_survives, aws, data_bucket, RETAINED_OBJECT_KEY, RETAINED_OBJECT_BODY
+        report,
+        "data as the removal policy promises",
+        retention.data_as_promised,
+        aws,
+        run.removal_policy,
+        data_bucket,
+        DATA_OBJECT_KEY,
+        DATA_OBJECT_BODY,
     )
     run_check(report, "endpoint deleted", retention.billing_resources_deleted, aws, billing)
     recreated = gaps.recreated_roles_gap(roles_before, _role_names(aws), [s.stack_name for s in run.stacks])
@@ -327,6 +404,12 @@ def main(argv: list[str] | None = None) -> int:
     report = Report()
     try:
         rehearse(args, work_dir, report)
+    except CannotRehearse as err:
+        print(f"rehearsal: cannot rehearse {args.config} on moto: {err.reason}", file=sys.stderr)
+        for detail in err.details:
+            print(f"  - {detail}", file=sys.stderr)
+        shutil.rmtree(work_dir, ignore_errors=True)
+        return 3
     except SetupError as err:
         print(f"rehearsal: {err}", file=sys.stderr)
         shutil.rmtree(work_dir, ignore_errors=True)
@@ -334,7 +417,33 @@ def main(argv: list[str] | None = None) -> int:
     except EmulatorError as err:
         print(f"rehearsal: {err}\n(work directory kept: {work_dir})", file=sys.stderr)
         return 2
-    return finish(report, work_dir, keep=args.keep)
+    except Exception as err:  # an answer nothing above expected (moto's, a client's): a failed step, not a traceback
+        report.add(Check("rehearsal", False, f"stopped by {type(err).__name__}: {err} (the server log is kept)"))
+    return finish(report, work_dir, keep=args.keep or args.stay_up)
+
+
+def stay_up_instructions(run: Rehearsal, emulator: Emulator) -> str:
+    """How to use llmp against the stage left on the emulator, and how to stop it."""
+    config = Path(run.config).resolve()
+    overlays = ",".join(str(Path(p).resolve()) for p in run.overlays)
+    exports = " ".join(
+        f"{name}={value}"
+        for name, value in {
+            "AWS_ENDPOINT_URL": emulator.endpoint_url,
+            **cdk_cli.FAKE_CREDENTIALS,
+            "AWS_DEFAULT_REGION": run.region,
+        }.items()
+    )
+    return "\n".join(
+        [
+            f"\nStage {run.stage} stays deployed on moto's server (pid {emulator.pid}, {emulator.endpoint_url}).",
+            "Use llmp against it (only the emulator: these credentials are fake, the endpoint is loopback):",
+            f"  export {exports}",
+            f"  .venv/bin/llmp status --config {config} --stage {run.stage}",
+            *([f"  (deployed with the overlay {overlays}: llmp reads the config without it)"] if overlays else []),
+            f"Stop it: kill {emulator.pid}    (its work directory: {run.work_dir})",
+        ]
+    )
 
 
 def finish(report: Report, work_dir: Path, *, keep: bool) -> int:

@@ -7,7 +7,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +26,7 @@ class EmulatorError(RuntimeError):
 class Emulator:
     port: int
     log: Path
+    pid: int = 0
 
     @property
     def endpoint_url(self) -> str:
@@ -48,8 +49,11 @@ def is_listening(port: int) -> bool:
 
 
 @contextmanager
-def running_emulator(log: Path, *, account: str | None = None, startup_timeout_s: float = 60.0) -> Iterator[Emulator]:
-    """The emulator listening on 127.0.0.1:<free port>; stopped on leaving the block, also after an error.
+def running_emulator(
+    log: Path, *, account: str | None = None, startup_timeout_s: float = 60.0, stay_up: Callable[[], bool] = bool
+) -> Iterator[Emulator]:
+    """The emulator listening on 127.0.0.1:<free port>; stopped on leaving the block, also after an error, unless
+    `stay_up()` says, on leaving without an error, to leave it running (`make rehearse KEEP=1`: its pid is printed).
 
     Args:
         account: the account every request acts in (a stage that names its account); None: moto's 123456789012.
@@ -69,8 +73,11 @@ def running_emulator(log: Path, *, account: str | None = None, startup_timeout_s
         )
     try:
         _wait_until_listening(process, port, log, startup_timeout_s)
-        yield Emulator(port=port, log=log)
-    finally:
+        yield Emulator(port=port, log=log, pid=process.pid)
+    except BaseException:
+        stop(process)
+        raise
+    if not stay_up():
         stop(process)
 
 

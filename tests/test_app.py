@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from core import synth_record
 from core.config import load_config
 from generators.plan import render as render_plan
 from tests.cdk_assembly import REPO, cdk_context, synthesize
@@ -35,11 +36,12 @@ def run_app(outdir: Path, **context: str) -> subprocess.CompletedProcess:
 def test_synthesis_is_byte_identical_across_processes_and_needs_no_network(assembly, tmp_path):
     result = run_app(tmp_path / "again")
     assert result.returncode == 0, result.stderr
-    # The CDK's own template validation runs in app.py (not in the in-process synth); its report is not compared.
+    # The CDK's own template validation runs in app.py (not in the in-process synth); its report is not compared, nor
+    # the record of which config was synthesized (app.py's, for llmp plan: core/synth_record.py).
     templates = sorted(
         p.relative_to(tmp_path / "again")
         for p in (tmp_path / "again").rglob("*.json")
-        if p.name != "validation-report.json"
+        if p.name not in ("validation-report.json", synth_record.RECORD)
     )
     assert templates
     mismatched = [

@@ -28,10 +28,17 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from finetune.compatibility import check_readable
-from finetune.data import write_blocks
-from finetune.errors import ConfigurationError
-from finetune.hyperparameters import parse_float, parse_int, parse_optional_int
+# The processing job runs this file in its source dir, where `finetune` is a top-level package; `llmp upload-data`
+# imports it as training.prepare_data to check each file with read_documents before uploading it (without torch:
+# write_blocks is imported where it is used).
+if __package__:
+    from training.finetune.compatibility import check_readable
+    from training.finetune.errors import ConfigurationError
+    from training.finetune.hyperparameters import parse_float, parse_int, parse_optional_int
+else:
+    from finetune.compatibility import check_readable
+    from finetune.errors import ConfigurationError
+    from finetune.hyperparameters import parse_float, parse_int, parse_optional_int
 
 TEXT_COLUMNS = ("text", "sentence")
 RAW_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv", ".txt")
@@ -147,6 +154,11 @@ def split_documents(documents: list[str], fraction: float, seed: int) -> tuple[l
 
 def prepare(args: argparse.Namespace) -> dict:
     from transformers import AutoTokenizer
+
+    if __package__:
+        from training.finetune.data import write_blocks
+    else:
+        from finetune.data import write_blocks
 
     check_readable(Path(args.tokenizer_dir), "--tokenizer_dir")
     try:

@@ -1,19 +1,24 @@
-"""The commands, one module per group; `register` adds them to the app in the order `llmp --help` lists them."""
+"""The commands, one module per group; `register` adds them to the app in the order `llmp --help` lists them, each
+with the options every command shares (cli/options.py LlmpCommand: --output, --profile, --region)."""
 
 from __future__ import annotations
 
 import typer
 
-from cli.commands import data, invoke, packages, plan, runs, status
+from cli.commands import completion, data, invoke, logs, packages, plan, runs, status
+from cli.options import LlmpCommand
 
 
 def register(app: typer.Typer) -> None:
-    app.command("status")(status.status)
-    app.command("upload-data")(data.upload_data)
-    app.command("stage-weights")(runs.stage_weights)
-    app.command("finetune")(runs.finetune)
-    app.command("follow")(runs.follow)
-    app.command("approve")(packages.approve)
-    app.command("reject")(packages.reject)
-    app.command("invoke")(invoke.invoke)
-    app.command("plan")(plan.plan)
+    app.command("status", cls=LlmpCommand)(status.status)
+    app.command("upload-data", cls=LlmpCommand)(data.upload_data)
+    app.add_typer(data.app, name="data")
+    app.command("stage-weights", cls=LlmpCommand)(runs.stage_weights)
+    app.command("finetune", cls=LlmpCommand)(runs.finetune)
+    app.command("follow", cls=LlmpCommand)(runs.follow)
+    app.command("logs", cls=LlmpCommand)(logs.logs)
+    app.command("approve", cls=LlmpCommand)(packages.approve)
+    app.command("reject", cls=LlmpCommand)(packages.reject)
+    app.command("invoke", cls=LlmpCommand)(invoke.invoke)
+    app.command("plan", cls=LlmpCommand)(plan.plan)
+    app.command("completion", cls=LlmpCommand)(completion.completion)

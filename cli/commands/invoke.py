@@ -1,11 +1,18 @@
-"""`llmp invoke`: prompt the stage's endpoint, the answer streamed token by token (or in one piece)."""
+"""`llmp invoke`: prompt the stage's endpoint, the answer streamed token by token (or in one piece); or, with --url,
+the same request to a server of SageMaker's container contract (`make local-serve`: POST /invocations on
+http://127.0.0.1:8080), with no config and no AWS."""
 
 from __future__ import annotations
 
 import contextlib
+import http.client
 import importlib.util
+import ipaddress
 import json
 import sys
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -62,6 +69,15 @@ def invoke(
     component: Annotated[
         str | None, typer.Option("--component", help="the inference component to ask, on an endpoint that has them")
     ] = None,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            "--url",
+            help="a local server instead of the stage's endpoint: `make local-serve`'s http://127.0.0.1:8080 (plain "
+            "http only on a loopback address; https anywhere)",
+            show_default=False,
+        ),
+    ] = None,
     config: ConfigOption = None,
     stage: StageOption = None,
     json_output: JsonOption = False,
@@ -74,6 +90,15 @@ def invoke(
     values = (max_new_tokens, temperature, top_p, top_k, repetition_penalty, seed, stop)
     options = dict(zip(EXPOSED_PARAMETERS, values, strict=True))
     parameters = request_parameters(options)
+    if url is not None:
+        if component:
+            raise CliError("--component names an inference component of a SageMaker endpoint, not of --url", Exit.USAGE)
+        endpoint = local_url(url)
+        generated, details = _local_answer(endpoint, _request(text, parameters, stream=stream), out, stream=stream)
+        data = {"endpoint": endpoint, "component": None, "streamed": stream, "generated_text": generated}
+        data["details"] = details
+        out.result(data, lambda console: None if stream else console.print(generated, markup=False, highlight=False))
+        return
     platform, config_path = load(config)
     target = aws_module.one_stage(platform, config_path, stage)
     aws = aws_module.connect()
@@ -108,30 +133,96 @@ def _answering_endpoint(aws: Any, target: Any) -> str:
     return endpoint
 
 
+def _request(text: str, parameters: dict[str, Any], *, stream: bool) -> dict[str, Any]:
+    """LMI's request: the prompt, its parameters, and `stream` for a streamed answer."""
+    request: dict[str, Any] = {"inputs": text, "parameters": parameters}
+    if stream:
+        request["stream"] = True
+    return request
+
+
 def _invocation(
     endpoint: str, text: str, parameters: dict[str, Any], *, stream: bool, component: str | None
 ) -> dict[str, Any]:
     """The InvokeEndpoint(WithResponseStream) arguments: LMI's request, for the component if one is named."""
-    request: dict[str, Any] = {"inputs": text, "parameters": parameters}
-    if stream:
-        request["stream"] = True
+    request = _request(text, parameters, stream=stream)
     call: dict[str, Any] = {"EndpointName": endpoint, "ContentType": "application/json", "Body": json.dumps(request)}
     if component:
         call["InferenceComponentName"] = component
     return call
 
 
-def _streamed_answer(runtime: Any, call: dict[str, Any], out: Output) -> tuple[str, Any]:
+LOOPBACK_NAMES = ("localhost",)
+# A local model's first answer can take minutes on a CPU (local/serve.py serves on whatever the machine has).
+LOCAL_TIMEOUT_S = 600
+
+
+def local_url(url: str) -> str:
+    """The server's base URL; plain http only to this machine (a prompt and its answer cross the network in clear,
+    and local/serve.py has no authentication), https to anywhere."""
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise CliError(f"--url {url}: give http://127.0.0.1:PORT (make local-serve) or an https:// URL", Exit.USAGE)
+    if parsed.scheme == "http" and not _is_loopback(parsed.hostname):
+        raise CliError(
+            f"--url {url}: plain http is only for this machine (127.0.0.1, ::1, localhost), where make local-serve "
+            f"listens; use https://{parsed.netloc}{parsed.path} for another host",
+            Exit.USAGE,
+        )
+    return url.rstrip("/")
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _local_answer(url: str, request: dict[str, Any], out: Output, *, stream: bool) -> tuple[str, Any]:
+    """POST /invocations on the server at `url`, as SageMaker does to the container: the answer streamed (the same
+    jsonlines as through InvokeEndpointWithResponseStream, in HTTP chunks) or in one piece."""
+    call = urllib.request.Request(
+        f"{url}/invocations",
+        data=json.dumps(request).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(call, timeout=LOCAL_TIMEOUT_S) as response:
+            if not stream:
+                return _one_answer(response.read())
+            parts = ({"PayloadPart": {"Bytes": chunk}} for chunk in iter(lambda: response.read1(65536), b""))
+            return _print_tokens(parts, out)
+    except urllib.error.HTTPError as error:
+        message = " ".join(error.read().decode(errors="replace").split())
+        raise CliError(f"{url} answered {error.code}: {message[:500]}", Exit.FAILED) from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as error:
+        reason = getattr(error, "reason", error)
+        raise CliError(
+            f"nothing answers at {url} ({reason}): start the local server with `make local-serve` (PORT=... for "
+            "another port), or check --url",
+            Exit.UNAVAILABLE,
+        ) from None
+
+
+def _print_tokens(events: Any, out: Output) -> tuple[str, Any]:
     """The generated text and its details, printing each token as it comes (not in JSON mode)."""
     answer = streaming.StreamedAnswer()
-    response = runtime.invoke_endpoint_with_response_stream(**call)
-    for piece in streaming.tokens(response["Body"], answer):
+    for piece in streaming.tokens(events, answer):
         if not out.json_mode:
             sys.stdout.write(piece)
             sys.stdout.flush()
     if not out.json_mode:
         sys.stdout.write("\n")
     return answer.text, answer.final.get("details")
+
+
+def _streamed_answer(runtime: Any, call: dict[str, Any], out: Output) -> tuple[str, Any]:
+    """The generated text and its details, printing each token as it comes (not in JSON mode)."""
+    return _print_tokens(runtime.invoke_endpoint_with_response_stream(**call)["Body"], out)
 
 
 def request_parameters(options: dict[str, Any]) -> dict[str, Any]:

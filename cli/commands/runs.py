@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import ast
+import difflib
 import json
+import re
 import uuid
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -16,6 +21,7 @@ from cli.options import ConfigOption, JsonOption, StageOption, handled, load
 from cli.render import Output
 from core import bucket_layout
 from core.catalog.models import StagedWeights
+from core.config import REPO_ROOT, TrainingConfig
 
 FollowOption = Annotated[
     bool, typer.Option("--follow/--no-follow", help="follow the run's steps until it ends (Ctrl-C detaches)")
@@ -24,13 +30,85 @@ FollowOption = Annotated[
 # Parameter.Value).
 MAX_PARAMETER_VALUE = 1024
 PARAMETER_TYPES = {"Integer": int, "Float": float, "String": str, "Boolean": bool}
+# Where the fine-tuning pipeline declares its run parameters: run_parameters() of this file, one
+# sdk.Parameter<Type>("Name", default_value=...) each. The CLI never imports infrastructure/ (the CDK side:
+# tests/cli/test_no_cdk.py), so `finetune --help` reads that function's source.
+PIPELINE_SOURCE = REPO_ROOT / "infrastructure" / "constructs" / "training_pipeline" / "finetune_pipeline.py"
+
+
+@dataclass(frozen=True)
+class RunParameter:
+    """A run parameter as the pipeline's source declares it: its name, SageMaker type and default."""
+
+    name: str
+    type: str  # Integer, Float, String, Boolean (SageMaker's Parameter types)
+    default: str  # as help shows it: the config field it comes from and that field's own default
+
+
+def declared_run_parameters(source: Path = PIPELINE_SOURCE) -> list[RunParameter]:
+    """The run parameters in the order run_parameters() declares them; [] when the source is not there (an install
+    without infrastructure/): the deployed definition still checks every --param."""
+    try:
+        tree = ast.parse(source.read_text())
+    except OSError:
+        return []
+    functions = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "run_parameters"]
+    calls = [
+        node
+        for function in functions
+        for node in ast.walk(function)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr.startswith("Parameter")
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+    ]
+    return [
+        RunParameter(call.args[0].value, call.func.attr.removeprefix("Parameter"), _default(call))  # type: ignore[union-attr]
+        for call in sorted(calls, key=lambda c: (c.lineno, c.col_offset))
+    ]
+
+
+def _default(call: ast.Call) -> str:
+    """`training.max_steps` -> "training.max_steps (unset: 1000)"; `s3("DataBucket",
+    bucket_layout.RAW_DATA)` -> "s3://<data bucket>/raw/"; a literal as itself."""
+    value = next((k.value for k in call.keywords if k.arg == "default_value"), None)
+    if value is None:
+        return "none"
+    if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name) and value.value.id == "training":
+        field = TrainingConfig.model_fields.get(value.attr)
+        unless = f" (unset: {field.default})" if field is not None else ""
+        return f"training.{value.attr}{unless}"
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "s3" and value.args:
+        bucket = value.args[0].value if isinstance(value.args[0], ast.Constant) else "?"
+        prefix = value.args[1] if len(value.args) > 1 else None
+        path = getattr(bucket_layout, prefix.attr, "") if isinstance(prefix, ast.Attribute) else ""
+        # DataBucket -> data bucket: the stack's logical name, as a person names it.
+        return f"s3://<{re.sub(r'(?<!^)(?=[A-Z])', ' ', str(bucket)).lower()}>/{path}"
+    try:
+        return repr(ast.literal_eval(value))
+    except ValueError:
+        return ast.unparse(value)
+
+
+def run_parameters_help() -> str:
+    """The run parameters as `finetune --help` lists them, one a line (click keeps a paragraph's lines after \\b),
+    or "" when the pipeline's source is not there."""
+    declared = declared_run_parameters()
+    if not declared:
+        return ""
+    width = max(len(p.name) for p in declared)
+    rows = [f"  {p.name:<{width}}  {p.type:<7}  {p.default}" for p in declared]
+    return "\n\n\b\nRun parameters (--param NAME=VALUE), defaults from the stage's config:\n" + "\n".join(rows)
 
 
 @handled
 def finetune(
     param: Annotated[
         list[str] | None,
-        typer.Option("--param", "-p", help="NAME=VALUE for one of the pipeline's parameters; repeatable"),
+        typer.Option(
+            "--param", "-p", help="NAME=VALUE for one of the pipeline's run parameters (listed above); repeatable"
+        ),
     ] = None,
     follow: FollowOption = True,
     config: ConfigOption = None,
@@ -48,6 +126,10 @@ def finetune(
     if "InputData" in parameters:
         _check_input_data(parameters["InputData"], aws.outputs(target, "storage")["DataBucketName"])
     _start_and_follow(out, aws, target, name, definition, parameters, follow=follow, kind="fine-tuning")
+
+
+# `finetune --help` lists the run parameters as the pipeline's source declares them (typer reads the docstring).
+finetune.__doc__ = (finetune.__doc__ or "") + run_parameters_help()
 
 
 @handled
@@ -81,7 +163,7 @@ def stage_weights(
         for _, weights in staged:
             commit = _staged_commit(aws, target, weights)
             out.notes.print(f"staged {weights.hf_id} at commit {commit or '?'} in {weights.prefix}", markup=False)
-    _end(out, run, definition, name)
+    _end(out, run, definition, name, target, staging=True)
 
 
 @handled
@@ -121,7 +203,7 @@ def follow(
             "PipelineDefinition"
         ]
     out.notes.print(f"following {run}", markup=False)
-    _end(out, _follow(out, sagemaker, target, run, definition), definition, pipeline)
+    _end(out, _follow(out, sagemaker, target, run, definition), definition, pipeline, target, staging=staging)
 
 
 def _connect(config: Any, stage: str | None) -> tuple[Aws, Stage]:
@@ -142,7 +224,10 @@ def pipeline_parameters(given: list[str], definition: str, pipeline: str) -> dic
         if not equals or not name:
             raise CliError(f"--param takes NAME=VALUE, got {pair!r}; the parameters: {listing}", Exit.USAGE)
         if name not in declared:
-            raise CliError(f"{pipeline} has no parameter {name!r}; its parameters: {listing}", Exit.USAGE)
+            raise CliError(
+                f"{pipeline} has no parameter {name!r}{_did_you_mean(name, declared)}; its parameters: {listing}",
+                Exit.USAGE,
+            )
         if name in parameters:
             raise CliError(f"--param {name} is given twice", Exit.USAGE)
         kind = declared[name]["Type"]
@@ -152,6 +237,13 @@ def pipeline_parameters(given: list[str], definition: str, pipeline: str) -> dic
             raise CliError(f"--param {name}: longer than SageMaker's {MAX_PARAMETER_VALUE} characters", Exit.USAGE)
         parameters[name] = value
     return parameters
+
+
+def _did_you_mean(name: str, declared: dict[str, Any]) -> str:
+    """ ": did you mean MaxSteps?" for a name close to a declared one (case aside), else ""."""
+    lowered = {n.lower(): n for n in declared}
+    close = difflib.get_close_matches(name.lower(), lowered, n=1, cutoff=0.6)
+    return f": did you mean {lowered[close[0]]}?" if close else ""
 
 
 def _has_type(value: str, kind: str) -> bool:
@@ -243,14 +335,15 @@ def _start_and_follow(
         return None
     run = _follow(out, sagemaker, target, arn, definition)
     if end:
-        _end(out, run, definition, pipeline, parameters)
+        _end(out, run, definition, pipeline, target, parameters)
     return run
 
 
 def _follow(out: Output, sagemaker: Any, target: Stage, arn: str, definition: str) -> following.Run:
     try:
         with aws_errors():
-            return following.follow(sagemaker, arn, definition, console=None if out.json_mode else out.console)
+            # Progress on the notes console: stdout for a person, stderr with --json (stdout holds only the result).
+            return following.follow(sagemaker, arn, definition, console=out.notes)
     except KeyboardInterrupt:
         raise CliError(
             f"detached; the run goes on. Follow it again: llmp follow {arn} --stage {target.name}  (stop it: aws "
@@ -260,21 +353,61 @@ def _follow(out: Output, sagemaker: Any, target: Stage, arn: str, definition: st
 
 
 def _end(
-    out: Output, run: following.Run | None, definition: str, pipeline: str, parameters: dict[str, str] | None = None
+    out: Output,
+    run: following.Run | None,
+    definition: str,
+    pipeline: str,
+    target: Stage,
+    parameters: dict[str, str] | None = None,
+    *,
+    staging: bool = False,
 ) -> None:
-    """The run's outcome as the result; exit 1 unless it succeeded."""
+    """The run's outcome as the result, and what to do next; exit 1 unless it succeeded."""
     if run is None:
         return
     order, _ = following.definition_steps(definition)
-    data = {"pipeline": pipeline, "parameters": parameters or {}, **run.as_json(order)}
+    after = next_steps(run, order, target, staging=staging)
+    data = {"pipeline": pipeline, "parameters": parameters or {}, **run.as_json(order), "next": after}
 
     def human(console: Any) -> None:
         message = f"{pipeline}: {run.status}" + (f": {run.failure}" if run.failure else "")
         console.print(message, markup=False)
+        for line in after:
+            console.print(line, markup=False, highlight=False)
 
     out.result(data, human)
     if run.status != "Succeeded":
         raise typer.Exit(int(Exit.FAILED))
+
+
+def next_steps(run: following.Run, order: list[str], target: Stage, *, staging: bool) -> list[str]:
+    """What to do after the run: approve the version it registered, deploy on the weights it staged, or read the
+    logs of the job that failed."""
+    if run.status != "Succeeded":
+        found = []
+        for name in run.failed_steps():
+            if job := run.job(name):
+                found.append(f"{name} failed in {job.describe()}")
+                found.append(f"read its logs: llmp logs --job {job.name} --stage {target.name}")
+        return found
+    registered = [_registered_version(run.steps[name].get("Metadata", {})) for name in order if name in run.steps]
+    versions = [version for version in registered if version]
+    if versions:
+        return [
+            f'version {v} awaits approval: llmp approve {v} --stage {target.name} -m "<why>"  (or llmp reject {v})'
+            for v in versions
+        ]
+    if staging:
+        config = "" if target.config_path.endswith("config/default.yaml") else f" CONFIG={target.config_path}"
+        return [f"next: make deploy STAGE={target.name}{config}  (the endpoint starts on the staged weights)"]
+    return []
+
+
+def _registered_version(metadata: dict[str, Any]) -> str | None:
+    """The version a RegisterModel step registered: arn:...:model-package/<group>/<version> -> <version>."""
+    arn = metadata.get("RegisterModel", {}).get("Arn", "")
+    version = arn.rpartition("/")[2]
+    return version if version.isdigit() else None
 
 
 def _staged_commit(aws: Aws, target: Stage, weights: StagedWeights) -> str | None:

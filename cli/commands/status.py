@@ -10,7 +10,7 @@ from rich.text import Text
 
 from cli import aws as aws_module
 from cli.aws import STACK_PARTS, Aws, Stage, WrongAccount
-from cli.errors import aws_errors
+from cli.errors import Exit, aws_errors, translate
 from cli.options import AllStagesOption, ConfigOption, JsonOption, handled, load
 from cli.render import Output, key_value_table, styled, when
 from core.naming import PROMOTED_FROM_OUTPUT, SERVED_DIGEST_OUTPUT, SERVED_PACKAGE_OUTPUT
@@ -112,10 +112,17 @@ def _endpoint(sagemaker: Any, name: str) -> dict[str, Any]:
     }
 
 
-def _runs(sagemaker: Any, pipeline: str) -> list[dict[str, Any]]:
-    summaries = sagemaker.list_pipeline_executions(
-        PipelineName=pipeline, SortBy="CreationTime", SortOrder="Descending", MaxResults=RUNS_SHOWN
-    )["PipelineExecutionSummaries"]
+def _runs(sagemaker: Any, pipeline: str) -> list[dict[str, Any]] | None:
+    """The pipeline's last runs; None when the pipeline does not exist (its stack failed part-way, or was changed
+    by hand): one missing pipeline does not hide the rest of the stage."""
+    try:
+        summaries = sagemaker.list_pipeline_executions(
+            PipelineName=pipeline, SortBy="CreationTime", SortOrder="Descending", MaxResults=RUNS_SHOWN
+        )["PipelineExecutionSummaries"]
+    except sagemaker.exceptions.ClientError as error:
+        if translate(error).code != Exit.AWS_STATE:  # not a missing pipeline: the error as every command shows it
+            raise
+        return None
     return [
         {
             "arn": run["PipelineExecutionArn"],
@@ -183,6 +190,9 @@ def _draw(console: Console, stages: list[dict[str, Any]]) -> None:
             if pipeline is None:
                 rows.append((title, styled(None)))
                 continue
+            if pipeline["runs"] is None:
+                rows.append((title, f"{pipeline['name']}: not found (deploy the training stack again)"))
+                continue
             runs = "; ".join(f"{styled(r['status'])} {when(r['started'])} ({r['name']})" for r in pipeline["runs"])
             rows.append((title, f"{pipeline['name']}: {runs or 'never run'}"))
         pending = found["pending_approval"]
@@ -195,4 +205,10 @@ def _draw(console: Console, stages: list[dict[str, Any]]) -> None:
         console.print(header)
         console.print(key_value_table(rows))
         if pending:
-            console.print(f"  approve: llmp approve {pending[0]['version']} --stage {found['stage']}  (or reject)")
+            version, name = pending[0]["version"], found["stage"]
+            # -m: where approvals are guarded (a retained stage, one whose approvals start releases) it is required.
+            console.print(
+                f'  approve: llmp approve {version} --stage {name} -m "<why>"  (or llmp reject {version})',
+                markup=False,
+                highlight=False,
+            )

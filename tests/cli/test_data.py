@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ast
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -90,7 +92,6 @@ def test_upload_data_refuses_a_folder_name_with_slashes(cli, deployed, tmp_path)
 
 
 def test_the_suffixes_uploaded_are_the_ones_the_prepare_step_reads():
-    # Read from the step's source, not imported: it imports its own `finetune` package, and torch with it.
     source = ast.parse((REPO_ROOT / "training" / "prepare_data.py").read_text())
     (assigned,) = [
         node.value
@@ -98,6 +99,181 @@ def test_the_suffixes_uploaded_are_the_ones_the_prepare_step_reads():
         if isinstance(node, ast.Assign) and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["RAW_SUFFIXES"]
     ]
     assert ast.literal_eval(assigned) == data.RAW_SUFFIXES
+
+
+# --- files the pipeline would refuse: read with its own reader before anything is uploaded (issue 27) -------------
+
+
+def raw_keys(bucket: str) -> list[str]:
+    return [o["Key"] for o in client("s3").list_objects_v2(Bucket=bucket, Prefix="raw/").get("Contents", [])]
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "where", "fix"),
+    [
+        (
+            "empty.txt",
+            b"",
+            "empty.txt: holds no text",
+            "the pipeline reads UTF-8 text, one document per non-empty line",
+        ),
+        ("blank.jsonl", b"\n  \n", "blank.jsonl: holds no text", 'with a "text" (or "sentence") string'),
+        (
+            "weights.txt",
+            b"first line\n\x89PNG\r\n\x1a\n\x00\xff",
+            "weights.txt:2: not UTF-8 text (byte 0x89 at offset 11)",
+            "the pipeline reads UTF-8 text",
+        ),
+        (
+            "pairs.jsonl",
+            b'{"text": "fine"}\n{"prompt": "Q", "completion": "A"}\n',
+            "pairs.jsonl:2: expected an object with a text or sentence string, got {'prompt'",
+            'for prompt/completion pairs, write {"text": prompt + completion}',
+        ),
+        ("table.csv", b"prompt,completion\nQ,A\n", "table.csv:2: expected an object with a text", '"text" (or'),
+        ("broken.json", b'[{"text": "a"},\n', "broken.json:2: not valid JSON", "one JSON array of objects"),
+    ],
+)
+def test_upload_data_refuses_a_file_the_pipeline_would_reject_and_uploads_nothing(
+    cli, deployed, tmp_path, name, content, where, fix
+):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "good.jsonl").write_text('{"text": "hello"}\n')
+    (folder / name).write_bytes(content)
+
+    result = cli("upload-data", str(folder))
+
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert f"{folder / where}" in line
+    assert fix in line and line.endswith("; nothing uploaded")
+    assert raw_keys(deployed.data_bucket) == []  # not even the good file
+
+
+def test_upload_data_counts_the_other_files_it_refuses(cli, deployed, tmp_path):
+    for name in ("a.txt", "b.txt", "c.txt"):
+        (tmp_path / name).write_text("")
+
+    result = cli("upload-data", str(tmp_path))
+
+    assert result.exit_code == 2, result.output
+    assert "a.txt: holds no text" in result.stderr and "(and 2 more file(s) the pipeline would refuse)" in result.stderr
+
+
+def test_upload_data_checks_with_the_pipelines_own_reader(monkeypatch, tmp_path):
+    from training import prepare_data
+
+    seen = []
+
+    def reader(path):
+        seen.append(path)
+        yield "a document"
+
+    monkeypatch.setattr(prepare_data, "read_documents", reader)
+    (tmp_path / "x.jsonl").write_text("not even JSON")
+
+    data.check_readable([tmp_path / "x.jsonl"])
+
+    assert seen == [tmp_path / "x.jsonl"]
+
+
+def test_the_cli_reads_files_with_the_prepare_step_without_importing_torch():
+    script = (
+        "import sys, cli.commands.data\n"
+        "print(sorted(m for m in ('training.prepare_data', 'torch', 'transformers') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['training.prepare_data']"
+
+
+# --- llmp data ls / rm ---------------------------------------------------------------------------------------------
+
+
+def put(bucket: str, key: str, body: bytes = b"x\n") -> None:
+    client("s3").put_object(Bucket=bucket, Key=key, Body=body)
+
+
+def test_data_ls_lists_what_is_under_raw_with_sizes_and_dates(cli, deployed):
+    put(deployed.data_bucket, "raw/train.jsonl", b'{"text": "a"}\n')
+    put(deployed.data_bucket, "raw/sst2/sst2.csv", b"sentence\ngood\n")
+    put(deployed.data_bucket, "prepared/run-1/train/train.jsonl")
+
+    result = cli("data", "ls")
+
+    assert result.exit_code == 0, result.output
+    rows = [line.split() for line in result.stdout.splitlines()]
+    assert rows[1][:3] == ["raw/sst2/sst2.csv", "14", rows[1][2]] and rows[1][-1] == "UTC"
+    assert rows[2][:2] == ["raw/train.jsonl", "14"] and rows[2][-1] == "yes"  # what a default run reads
+    assert "prepared/" not in result.stdout
+    assert f"2 file(s), 28 bytes in s3://{deployed.data_bucket}/raw/" in result.stdout
+
+
+def test_data_ls_json_under_a_folder(cli, deployed):
+    put(deployed.data_bucket, "raw/train.jsonl")
+    put(deployed.data_bucket, "raw/sst2/sst2.csv", b"sentence\ngood\n")
+
+    result = cli("data", "ls", "sst2", "--json")
+
+    assert result.exit_code == 0, result.output
+    listed = json.loads(result.stdout)
+    assert listed["prefix"] == "raw/sst2/"
+    assert [(o["key"], o["bytes"], o["read_by_default"]) for o in listed["objects"]] == [
+        ("raw/sst2/sst2.csv", 14, False)
+    ]
+    assert listed["objects"][0]["modified"].endswith("+00:00")
+
+
+@pytest.mark.parametrize("key", ["prepared/run-1/train.jsonl", "raw/", "raw/../prepared/x", "/raw/x.txt", "x.txt"])
+def test_data_rm_never_removes_outside_raw(cli, deployed, key):
+    put(deployed.data_bucket, "prepared/run-1/train.jsonl")
+
+    result = cli("data", "rm", key, "--yes")
+
+    assert result.exit_code == 2, result.output
+    assert f"{key!r}: only a file's key under raw/" in result.stderr
+    client("s3").head_object(Bucket=deployed.data_bucket, Key="prepared/run-1/train.jsonl")
+
+
+def test_data_rm_off_a_terminal_refuses_without_yes(cli, deployed):
+    put(deployed.data_bucket, "raw/train.jsonl")
+
+    refused = cli("data", "rm", "raw/train.jsonl")
+
+    assert refused.exit_code == 2, refused.output
+    assert refused.stderr.startswith(f"llmp: remove 1 file(s) from s3://{deployed.data_bucket} (stage dev): ")
+    assert "raw/train.jsonl: not asked, as this is not a terminal; pass --yes to go on" in refused.stderr
+    assert raw_keys(deployed.data_bucket) == ["raw/train.jsonl"]
+
+    done = cli("data", "rm", "raw/train.jsonl", "--yes", "--json")
+
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout)["removed"] == [{"key": "raw/train.jsonl", "bytes": 2}]
+    assert raw_keys(deployed.data_bucket) == []
+
+
+@pytest.mark.parametrize(("answer", "code", "left"), [("y\n", 0, []), ("n\n", 1, ["raw/a.txt"])])
+def test_data_rm_on_a_terminal_asks_first(cli, deployed, monkeypatch, answer, code, left):
+    monkeypatch.setattr(data, "on_terminal", lambda: True)
+    put(deployed.data_bucket, "raw/a.txt")
+
+    result = cli("data", "rm", "raw/a.txt", input=answer)
+
+    assert result.exit_code == code, result.output
+    assert f"remove 1 file(s) from s3://{deployed.data_bucket} (stage dev): raw/a.txt. Go on? [y/N]" in result.stderr
+    assert raw_keys(deployed.data_bucket) == left
+
+
+def test_data_rm_removes_nothing_when_a_key_is_missing(cli, deployed):
+    put(deployed.data_bucket, "raw/a.txt")
+
+    result = cli("data", "rm", "raw/a.txt", "raw/typo.txt", "--yes")
+
+    assert result.exit_code == 3, result.output
+    assert "no raw/typo.txt in s3://" in result.stderr and "nothing removed" in result.stderr
+    assert raw_keys(deployed.data_bucket) == ["raw/a.txt"]
 
 
 # --- symbolic links: refused, named with their target, unless --follow-symlinks (issue 26, finding 6) -------------

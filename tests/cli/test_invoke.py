@@ -14,6 +14,7 @@ import typer.main
 from cli import aws as aws_module
 from cli.app import app as llmp
 from cli.commands import invoke as invoke_command
+from local.serve import LocalEndpoint
 from model_artifacts.deepspeed import request_schema
 from tests.cli.conftest import ACCOUNT, REGION, client
 from tests.scripts.sagemaker_runtime_standin import SageMakerRuntime, cut, stream_error
@@ -206,3 +207,88 @@ def test_invoke_sends_the_sampling_options_and_turns_sampling_on(cli, deployed, 
         "seed": 7,
         "stop": ["\n\n", "END"],
     }
+
+
+# --- --url: a server of SageMaker's container contract (make local-serve), no config and no AWS ---------------------
+
+# A handler with LMI's answer shapes and no model, served by local/serve.py as `make local-serve` serves the real one.
+STAND_IN_HANDLER = """
+import json
+
+from djl_python import Output
+
+TOKENS = [" Paris", ".", " Olé"]
+
+
+def handle(inputs):
+    if inputs.is_empty():
+        return None
+    request = inputs.get_as_json()
+    details = {"parameters": request.get("parameters", {}), "inputs": request["inputs"], "stream": "stream" in request}
+    if not request.get("stream"):
+        return Output().add_as_json({"generated_text": "".join(TOKENS), "details": details})
+
+    def lines():
+        for at, text in enumerate(TOKENS):
+            line = {"token": {"id": [at], "text": text}}
+            if at == len(TOKENS) - 1:
+                line.update(generated_text="".join(TOKENS), details=details)
+            yield json.dumps(line, ensure_ascii=False) + "\\n"
+
+    return Output().add_property("content-type", "application/jsonlines").add_stream_content(lines(), None)
+"""
+
+
+@pytest.fixture
+def local_serve(tmp_path, credentials):
+    """local/serve.py on a free loopback port, serving the stand-in handler."""
+    handler, model = tmp_path / "handler", tmp_path / "model"
+    handler.mkdir()
+    model.mkdir()
+    (handler / "model.py").write_text(STAND_IN_HANDLER)
+    with LocalEndpoint(handler, model, port=0) as endpoint:
+        yield endpoint.url
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_invoke_url_asks_the_local_server_in_lmi_s_schema(cli, local_serve, stream):
+    result = cli("invoke", "The capital of France is", "-n", "3", "--url", local_serve, "--json",
+                 *([] if stream else ["--no-stream"]))  # fmt: skip
+
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout)
+    assert answer["endpoint"] == local_serve
+    assert answer["generated_text"] == " Paris. Olé"
+    assert answer["details"] == {
+        "parameters": {"max_new_tokens": 3, "details": True},
+        "inputs": "The capital of France is",
+        "stream": stream,
+    }
+
+
+def test_invoke_url_prints_the_streamed_tokens(cli, local_serve):
+    result = cli("invoke", "hi", "--url", local_serve + "/")
+
+    assert result.exit_code == 0, result.output
+    assert result.stdout == " Paris. Olé\n"
+
+
+@pytest.mark.parametrize("url", ["http://10.0.0.8:8080", "http://example.com", "http://127.0.0.1.example.com"])
+def test_invoke_url_refuses_plain_http_to_another_machine(cli, credentials, url):
+    result = cli("invoke", "hi", "--url", url)
+
+    assert result.exit_code == 2, result.output
+    assert "plain http is only for this machine (127.0.0.1, ::1, localhost)" in result.stderr
+    assert "use https://" in result.stderr
+
+
+@pytest.mark.parametrize("url", ["http://localhost:9", "http://[::1]:9", "https://10.0.0.8:9"])
+def test_invoke_url_allows_loopback_http_and_any_https(url):
+    assert invoke_command.local_url(url) == url
+
+
+def test_invoke_url_with_nothing_listening_says_to_start_make_local_serve(cli, credentials):
+    result = cli("invoke", "hi", "--url", "http://127.0.0.1:9")
+
+    assert result.exit_code == 5, result.output
+    assert "start the local server with `make local-serve`" in result.stderr

@@ -4,12 +4,16 @@ follow (ListPipelineExecutionSteps, which moto lacks, through Stubber)."""
 from __future__ import annotations
 
 import datetime
+import io
 import json
 
 import pytest
 from botocore.stub import ANY
+from rich.console import Console
 
+from cli import aws as aws_module
 from cli import follow as following
+from cli.commands import runs
 from core.config import load_config
 from tests.cli.conftest import ACCOUNT, FINETUNE_DEFINITION, REGION, STAGING_DEFINITION, client
 
@@ -315,4 +319,211 @@ def test_stage_weights_follows_the_run_and_reports_the_commit_it_recorded(cli, d
 
     assert result.exit_code == 0, result.output
     assert f"staged {weights.hf_id} at commit {commit} in {weights.prefix}" in result.stdout
-    assert result.stdout.splitlines()[-1] == "llm-platform-dev-stage-weights: Succeeded"
+    assert result.stdout.splitlines()[-2:] == [
+        "llm-platform-dev-stage-weights: Succeeded",
+        f"next: make deploy STAGE=dev CONFIG={cli.config}  (the endpoint starts on the staged weights)",
+    ]
+
+
+# --- ways out, progress off a terminal, what comes next (issue 27) -------------------------------------------------
+
+TRAIN_JOB = "pipelines-abc123def456-Train-x7Kq2"
+TRAIN_METADATA = {"TrainingJob": {"Arn": f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-job/{TRAIN_JOB}"}}
+TRAIN_CONSOLE = f"https://console.aws.amazon.com/sagemaker/home?region={REGION}#/jobs/{TRAIN_JOB}"
+VERSION_3 = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:model-package/llm-platform-dev/3"
+
+
+def test_following_off_a_terminal_prints_one_timestamped_line_per_change_with_the_jobs_ways_out(
+    cli, deployed, stubbed, no_wait
+):
+    sagemaker = stubbed("sagemaker")
+    queue_finetune_start(sagemaker)
+    executing = [
+        step("PrepareData", "Succeeded", 0),
+        step("Train", "Executing", 5, ended=False, Metadata=TRAIN_METADATA),
+    ]
+    queue_look(sagemaker, "Executing", executing)
+    queue_look(sagemaker, "Executing", executing)  # nothing changed: nothing printed
+    queue_look(
+        sagemaker,
+        "Succeeded",
+        [
+            step("PrepareData", "Succeeded", 0),
+            step("Train", "Succeeded", 5, Metadata=TRAIN_METADATA),
+            step("Evaluate", "Succeeded", 10),
+            step("CheckPerplexity", "Succeeded", 15, Metadata={"Condition": {"Outcome": "True"}}),
+            step("Register-RegisterModel", "Succeeded", 16, Metadata={"RegisterModel": {"Arn": VERSION_3}}),
+        ],
+    )
+
+    result = cli("finetune")
+
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[1].endswith("Z  run started")  # when it was first seen, before its steps
+    assert lines[2:5] == [
+        "2026-05-01T12:05:00Z  PrepareData  succeeded after 5m00s",
+        f"2026-05-01T12:05:00Z  Train  started  training job {TRAIN_JOB}  {TRAIN_CONSOLE}  "
+        f"logs: /aws/sagemaker/TrainingJobs {TRAIN_JOB}/*",
+        "2026-05-01T12:10:00Z  Train  succeeded after 5m00s",
+    ]
+    assert lines[8].endswith("Z  run succeeded")
+    assert "2026-05-01T12:20:00Z  CheckPerplexity  succeeded after 5m00s (condition true)" in lines
+    assert sum("Train  " in line for line in lines[:8]) == 2  # the second look changed nothing
+    assert lines[-2:] == [
+        "llm-platform-dev-finetune: Succeeded",
+        'version 3 awaits approval: llmp approve 3 --stage dev -m "<why>"  (or llmp reject 3)',
+    ]
+
+
+def test_with_json_progress_goes_to_stderr_and_stdout_holds_only_the_result(cli, deployed, stubbed, no_wait):
+    sagemaker = stubbed("sagemaker")
+    queue_finetune_start(sagemaker)
+    reason = "AlgorithmError: CUDA out of memory"
+    queue_look(sagemaker, "Executing", [step("PrepareData", "Executing", 0, ended=False)])
+    queue_look(
+        sagemaker,
+        "Failed",
+        [
+            step("PrepareData", "Succeeded", 0),
+            step("Train", "Failed", 5, FailureReason=reason, Metadata=TRAIN_METADATA),
+        ],
+        failure="Step failure: One or multiple steps failed.",
+    )
+
+    result = cli("finetune", "--json")
+
+    assert result.exit_code == 1, result.output
+    run = json.loads(result.stdout)  # one document, nothing else
+    assert run["next"] == [
+        f"Train failed in training job {TRAIN_JOB}  {TRAIN_CONSOLE}  logs: /aws/sagemaker/TrainingJobs {TRAIN_JOB}/*",
+        f"read its logs: llmp logs --job {TRAIN_JOB} --stage dev",
+    ]
+    assert run["steps"][1]["job_details"] == {
+        "kind": "training job",
+        "name": TRAIN_JOB,
+        "console": TRAIN_CONSOLE,
+        "log_group": "/aws/sagemaker/TrainingJobs",
+        "log_stream_prefix": f"{TRAIN_JOB}/",
+    }
+    progress = result.stderr.splitlines()
+    assert "2026-05-01T12:00:00Z  PrepareData  started" in progress
+    assert (
+        f"2026-05-01T12:10:00Z  Train  failed after 5m00s: {reason}  training job {TRAIN_JOB}  {TRAIN_CONSOLE}  "
+        f"logs: /aws/sagemaker/TrainingJobs {TRAIN_JOB}/*"
+    ) in progress
+
+
+def test_a_failed_run_followed_by_a_person_says_where_its_logs_are(cli, deployed, stubbed, no_wait):
+    sagemaker = stubbed("sagemaker")
+    queue_finetune_start(sagemaker)
+    queue_look(
+        sagemaker,
+        "Failed",
+        [step("PrepareData", "Succeeded", 0), step("Train", "Failed", 5, FailureReason="OOM", Metadata=TRAIN_METADATA)],
+    )
+
+    result = cli("finetune")
+
+    assert result.exit_code == 1, result.output
+    assert result.stdout.splitlines()[-2:] == [
+        f"Train failed in training job {TRAIN_JOB}  {TRAIN_CONSOLE}  logs: /aws/sagemaker/TrainingJobs {TRAIN_JOB}/*",
+        f"read its logs: llmp logs --job {TRAIN_JOB} --stage dev",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("region", "host"),
+    [
+        ("us-east-1", "console.aws.amazon.com"),
+        ("eu-central-1", "console.aws.amazon.com"),
+        ("cn-north-1", "console.amazonaws.cn"),
+        ("us-gov-west-1", "console.amazonaws-us-gov.com"),
+    ],
+)
+def test_console_links_are_for_the_regions_partition(region, host):
+    metadata = {"ProcessingJob": {"Arn": f"arn:aws:sagemaker:{region}:{ACCOUNT}:processing-job/p-1"}}
+    job = following.job_of(metadata, region)
+
+    assert job is not None and job.log_group == "/aws/sagemaker/ProcessingJobs"
+    assert job.console == f"https://{host}/sagemaker/home?region={region}#/processing-jobs/p-1"
+
+
+def test_no_console_link_where_the_partition_has_no_public_console():
+    assert following.console_url("us-iso-east-1", "jobs/x") is None
+
+
+@pytest.mark.parametrize(
+    ("param", "suggestion"),
+    [("maxsteps=3", "MaxSteps"), ("MaxStep=3", "MaxSteps"), ("LearnignRate=1e-5", "LearningRate")],
+)
+def test_a_typo_in_a_run_parameter_gets_did_you_mean(cli, deployed, param, suggestion):
+    result = cli("finetune", "--param", param, "--no-follow")
+
+    assert result.exit_code == 2, result.output
+    name = param.partition("=")[0]
+    assert f"has no parameter {name!r}: did you mean {suggestion}?; its parameters:" in result.stderr
+
+
+def test_a_name_far_from_every_parameter_gets_no_suggestion(cli, deployed):
+    result = cli("finetune", "--param", "Epochs=3", "--no-follow")
+
+    assert result.exit_code == 2, result.output
+    assert "did you mean" not in result.stderr
+
+
+def test_finetune_help_lists_the_run_parameters_with_types_and_defaults(cli):
+    result = cli("finetune", "--help")
+
+    assert result.exit_code == 0, result.output
+    rows = [line.split() for line in result.stdout.splitlines()]
+    assert ["MaxSteps", "Integer", "training.max_steps", "(unset:", "1000)"] in rows
+    assert ["LearningRate", "Float", "training.learning_rate", "(unset:", "0.0002)"] in rows
+    assert ["InputData", "String", "s3://<data", "bucket>/raw/"] in rows
+
+
+def test_the_declared_run_parameters_are_the_ones_the_pipeline_definition_has():
+    # conftest's definition has the synthesized pipeline's parameters (test_outputs.py checks the CLI against those).
+    declared = runs.declared_run_parameters()
+
+    assert [(p.name, p.type) for p in declared] == [(p["Name"], p["Type"]) for p in FINETUNE_DEFINITION["Parameters"]]
+
+
+def test_no_declared_run_parameters_without_the_pipeline_source(tmp_path):
+    assert runs.declared_run_parameters(tmp_path / "absent.py") == []
+
+
+def test_on_a_terminal_the_frame_shows_the_failed_jobs_console_page_and_logs(moto, stubbed, no_wait):
+    sagemaker = stubbed("sagemaker")
+    queue_look(sagemaker, "Executing", [step("Train", "Executing", 5, ended=False, Metadata=TRAIN_METADATA)])
+    queue_look(sagemaker, "Failed", [step("Train", "Failed", 5, FailureReason="OOM", Metadata=TRAIN_METADATA)])
+    terminal = Console(file=io.StringIO(), force_terminal=True, width=250, color_system=None)
+
+    run = following.follow(
+        aws_module.connect().clients["sagemaker", REGION], RUN, json.dumps(FINETUNE_DEFINITION), console=terminal
+    )
+
+    assert run.status == "Failed"
+    drawn = terminal.file.getvalue()
+    assert f"Train: training job {TRAIN_JOB}  {TRAIN_CONSOLE}  logs: /aws/sagemaker/TrainingJobs {TRAIN_JOB}/*" in drawn
+
+
+def test_a_running_steps_detail_is_its_job():
+    run = following.Run(
+        RUN, "Executing", steps={"Train": step("Train", "Executing", 5, ended=False, Metadata=TRAIN_METADATA)}
+    )
+    terminal = Console(file=io.StringIO(), width=250, color_system=None)
+
+    terminal.print(following.steps_table(["Train"], run, T0 + datetime.timedelta(minutes=7)))
+
+    assert terminal.file.getvalue().splitlines()[1].split() == [
+        "Train",
+        "Executing",
+        "2m00s",
+        "training",
+        "job",
+        TRAIN_JOB,
+    ]
+    assert following.jobs_lines(["Train"], run) == [
+        f"Train: training job {TRAIN_JOB}  {TRAIN_CONSOLE}  logs: /aws/sagemaker/TrainingJobs {TRAIN_JOB}/*"
+    ]

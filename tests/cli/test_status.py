@@ -22,7 +22,7 @@ def test_status_shows_stacks_endpoint_runs_and_pending_models(cli, deployed):
     assert "llm-platform-dev-finetune: Succeeded" in out and "(first)" in out
     assert "llm-platform-dev-stage-weights: never run" in out
     assert "version 1" in out
-    assert "approve: llmp approve 1 --stage dev" in out
+    assert '  approve: llmp approve 1 --stage dev -m "<why>"  (or llmp reject 1)\n' in out
 
 
 def test_status_json_is_one_document_scripts_can_read(cli, deployed):
@@ -113,3 +113,16 @@ def test_status_of_a_stage_without_promoted_weights_shows_no_served_version(cli,
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["stages"][0]["served"] is None
     assert "serves" not in cli("status", "--stage", "dev").stdout
+
+
+def test_a_missing_pipeline_is_shown_and_the_rest_of_the_stage_still_is(cli, deployed):
+    # moto does not create AWS::SageMaker::Pipeline, nor does a training stack that failed part-way: the pipelines'
+    # names are in the outputs, the pipelines are not.
+    client("sagemaker").delete_pipeline(PipelineName=deployed.finetune, ClientRequestToken="t" * 32)
+    result = cli("status", "--stage", "dev", "--json")
+    assert result.exit_code == 0, result.output
+    (stage,) = json.loads(result.stdout)["stages"]
+    assert stage["pipelines"]["finetune"] == {"name": deployed.finetune, "runs": None}
+    assert stage["endpoint"]["status"] == "InService"
+    table = cli("status", "--stage", "dev").stdout
+    assert f"{deployed.finetune}: not found (deploy the training stack again)" in table

@@ -2,26 +2,31 @@
 
 from __future__ import annotations
 
-from rehearsal import gaps
+from rehearsal import emulator, gaps
 from rehearsal.assembly import StackTemplate
 
 ACCOUNT = "123456789012"
 
 
-def test_moto_rejects_a_g5_endpoint_and_the_probe_leaves_nothing_behind(aws):
-    rejected = gaps.probe_instance_type(aws, "ml.g5.2xlarge", account=ACCOUNT)
-    assert "Value 'ml.g5.2xlarge' at 'instanceType' failed to satisfy constraint" in rejected.rejection
-    assert gaps.probe_instance_type(aws, "ml.g4dn.xlarge", account=ACCOUNT).rejection is None
+def test_the_emulator_takes_a_g5_endpoint_refuses_a_training_only_type_and_the_probe_leaves_nothing(aws):
+    with emulator.patched():
+        accepted = gaps.probe_instance_type(aws, "ml.g5.2xlarge", account=ACCOUNT)
+        rejected = gaps.probe_instance_type(aws, "ml.p3dn.24xlarge", account=ACCOUNT)
+    assert accepted.rejection is None
+    assert "Value 'ml.p3dn.24xlarge' at 'instanceType' failed to satisfy constraint" in rejected.rejection
     assert aws("sagemaker").list_models()["Models"] == []
     assert aws("sagemaker").list_endpoint_configs()["EndpointConfigs"] == []
-    changes = ["serving.instance_type ml.g5.2xlarge -> ml.g4dn.xlarge"]
-    line = gaps.instance_type_line(rejected, "ml.g4dn.xlarge", changes)
-    assert line.startswith("instance types: moto rejects ml.g5.2xlarge for an endpoint (")
+
+    line = gaps.instance_type_line(accepted, "ml.g5.2xlarge", [])
+    assert line.startswith("instance types: the endpoint was deployed on its configured ml.g5.2xlarge, which the ")
+    changes = ["serving.instance_type ml.p3dn.24xlarge -> ml.p4d.24xlarge"]
+    line = gaps.instance_type_line(rejected, "ml.p4d.24xlarge", changes)
+    assert line.startswith("instance types: the emulator rejects ml.p3dn.24xlarge for an endpoint, as SageMaker does (")
     assert "enum value set: [its own list]" in line
     assert line.endswith(
-        f"{changes[0]}. The real config is unchanged, and the ml.g5.2xlarge endpoint itself is not rehearsed"
+        f"{changes[0]}. The real config is unchanged, and the ml.p3dn.24xlarge endpoint itself is not rehearsed"
     )
-    line = gaps.instance_type_line(rejected, "ml.g5.2xlarge", [])
+    line = gaps.instance_type_line(rejected, "ml.p3dn.24xlarge", [])
     assert line.endswith("and the overlays leave it in place, so the serving stack cannot deploy on moto")
 
 

@@ -42,8 +42,9 @@ def test_a_version_approved_in_dev_is_copied_into_staging_and_outlives_dev(assem
     assert status == 0
 
 
-def test_a_source_file_changed_after_its_record_is_refused_and_reported(assembly_dir, capsys, monkeypatch):
+def test_a_source_file_changed_after_its_record_is_refused_and_reported(assembly_dir, capsys, monkeypatch, tmp_path):
     seed = rehearsal.seed_weights
+    monkeypatch.setattr(rehearsal.tempfile, "tempdir", str(tmp_path))  # a failed run keeps its work directory
 
     def tampered(s3, bucket, prefix):
         record = seed(s3, bucket, prefix)

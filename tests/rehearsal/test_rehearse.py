@@ -26,8 +26,8 @@ CHECKS = [
     "SageMaker endpoint",
     "redeploy is a no-op",
     "stacks deleted",
-    "retained resources survive",
-    "retained data survives",
+    "removal policy kept",
+    "data as the removal policy promises",
     "endpoint deleted",
 ]
 
@@ -64,30 +64,33 @@ def test_steps_run_in_order_through_the_cli(rehearsal):
 
 def test_retained_buckets_key_and_data_survive_the_destroy(rehearsal):
     _, output = rehearsal
+    assert "checks after destroy (removal_policy: retain):" in output
     assert re.search(
-        r"PASS  retained resources survive: .* 4 Bucket \(KMS keys Enabled, not pending deletion\)", output
+        r"PASS  removal policy kept: retain: all \d+ marked Retain are there: .*4 Bucket \(KMS keys Enabled, not pending "
+        r"deletion\)",
+        output,
     )
     assert re.search(
-        r"PASS  retained data survives: s3://llm-platform-staging-storage-data\S+ is there, byte for byte", output
+        r"PASS  data as the removal policy promises: retain: s3://llm-platform-staging-storage-data\S+ is there, byte "
+        r"for byte",
+        output,
     )
     assert "PASS  redeploy is a no-op: 3 stacks report no changes; no stack event was added" in output
+    assert "emptied" not in output  # a stage that retains its data has no Custom::S3AutoDeleteObjects
 
 
-def test_output_says_why_staging_and_what_the_overlay_changed(rehearsal):
+def test_output_says_why_staging_and_that_it_is_deployed_as_configured(rehearsal):
     _, output = rehearsal
     assert "why staging: staging is the first stage in promotion order that keeps its data" in output
-    assert (
-        "overlay, for this rehearsal only: serving.instance_type ml.g5.2xlarge -> ml.g4dn.xlarge; "
-        "serving.max_batch_size 4 -> 1"
-    ) in output
-    assert "1 x ml.g4dn.xlarge" in output
+    assert "overlay, for this rehearsal only: no changes" in output
+    assert "1 x ml.g5.2xlarge" in output
 
 
 def test_output_says_what_moto_does_not_emulate(rehearsal):
     _, output = rehearsal
     gaps = output.split("What moto does not emulate", 1)[1]
     for expected in [
-        "moto rejects ml.g5.2xlarge for an endpoint",
+        "the endpoint was deployed on its configured ml.g5.2xlarge, which the emulator accepts",
         "AWS::SageMaker::Pipeline (2)",
         "AWS::S3::BucketPolicy (4)",
         "AWS::CloudWatch::Alarm (4)",
@@ -104,6 +107,7 @@ def test_output_says_what_moto_does_not_emulate(rehearsal):
         "fixed in the emulator (kms-key-from-template)",
         "fixed in the emulator (change-set-outputs)",
         "fixed in the emulator (imports-in-change-sets)",
+        "fixed in the emulator (endpoint-instance-types)",
     ]:
         assert expected in gaps, expected
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+
 import boto3
 import pytest
 
@@ -35,3 +39,18 @@ def test_an_emulator_that_cannot_start_is_reported_with_its_log(tmp_path, monkey
     expected = r"the emulator exited with status 1 before listening on 127\.0\.0\.1:"
     with pytest.raises(EmulatorError, match=expected), running_emulator(tmp_path / "moto.log"):
         pytest.fail("the block must not run when the emulator did not start")
+
+
+def test_an_emulator_asked_to_stay_up_outlives_its_block_and_one_failing_does_not(tmp_path):
+    with running_emulator(tmp_path / "kept.log", stay_up=lambda: True) as kept:
+        pass
+    try:
+        assert is_listening(kept.port)
+    finally:
+        os.kill(kept.pid, signal.SIGTERM)
+    with pytest.raises(RuntimeError), running_emulator(tmp_path / "failed.log", stay_up=lambda: True) as failed:
+        raise RuntimeError("a check broke")
+    deadline = time.monotonic() + 10
+    while is_listening(failed.port) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not is_listening(failed.port)
