@@ -140,7 +140,7 @@ rehearse: $(VENV)/.test-deps node_modules/.installed
 # The rehearsal of every file in config/examples/, one after another (each uses both cores): PASS, SKIP with the reason
 # it cannot be rehearsed on moto, or FAIL; the table at the end, exit 1 if any failed. Not part of make test.
 rehearse-examples: $(VENV)/.test-deps node_modules/.installed
-	$(PY) -m pytest -m rehearse_examples -n 0 tests/rehearsal/test_rehearse_examples.py
+	$(PY) -m pytest -m rehearse_examples -n 0 tests/rehearsal/test_rehearse_examples.py tests/rehearsal/test_rehearse_stay_up.py
 
 # Promotion rehearsal (issue 24): an approved version copied from one stage's account into another's on moto's
 # server, through the real promotion handler; config/examples/promotion.yaml unless CONFIG names another.

@@ -224,17 +224,31 @@ def from_client_error(error: botocore_errors.ClientError) -> CliError:
 
 def translate(error: Exception) -> CliError:
     """Any error botocore raises (BOTOCORE_ERRORS), as one line with the fix and its exit status."""
-    overrides = endpoint_overrides()
     if isinstance(error, botocore_errors.ClientError):
         return from_client_error(error)
-    if isinstance(error, ResponseParserError):  # botocore takes only a body starting `<html>` for an HTML error
-        body = shorten(str(error).split("\n", 1)[-1].strip().removeprefix("b'").removeprefix('b"'))
-        what = "an HTML page" if body.startswith("an HTML page") else f"something botocore cannot parse ({body})"
-        return CliError(
-            f"got {what if what != 'an HTML page' else body} instead of AWS's answer: a proxy or a wrong endpoint is "
-            f"in the way{overrides}; check HTTPS_PROXY, or {TRY_AGAIN}",
-            Exit.UNAVAILABLE,
-        )
+    if isinstance(error, ResponseParserError):
+        return _unparsable_answer(error)
+    return (
+        _credentials_error(error)
+        or _request_error(error)
+        or _connection_error(error)
+        or CliError(f"botocore: {shorten(str(error))}", Exit.FAILED)
+    )
+
+
+def _unparsable_answer(error: ResponseParserError) -> CliError:
+    """Something other than AWS answered: botocore takes only a body starting `<html>` for an HTML error."""
+    body = shorten(str(error).split("\n", 1)[-1].strip().removeprefix("b'").removeprefix('b"'))
+    what = "an HTML page" if body.startswith("an HTML page") else f"something botocore cannot parse ({body})"
+    return CliError(
+        f"got {what if what != 'an HTML page' else body} instead of AWS's answer: a proxy or a wrong endpoint is "
+        f"in the way{endpoint_overrides()}; check HTTPS_PROXY, or {TRY_AGAIN}",
+        Exit.UNAVAILABLE,
+    )
+
+
+def _credentials_error(error: Exception) -> CliError | None:
+    """No credentials, or ones that cannot be used: what to sign in with. None for any other error."""
     if isinstance(error, (botocore_errors.NoCredentialsError, botocore_errors.PartialCredentialsError)):
         detail = f" ({error})" if isinstance(error, botocore_errors.PartialCredentialsError) else ""
         return CliError(
@@ -252,11 +266,23 @@ def translate(error: Exception) -> CliError:
         return CliError(f"your AWS SSO session has expired or never started: {SIGN_IN}", Exit.ACCESS)
     if isinstance(error, botocore_errors.CredentialRetrievalError):
         return CliError(f"{error}: fix that credential provider, or {SIGN_IN}", Exit.ACCESS)
+    return None
+
+
+def _request_error(error: Exception) -> CliError | None:
+    """A request botocore refused to send (no region, a value the API does not take); None for any other error."""
     if isinstance(error, botocore_errors.NoRegionError):
         return CliError("no AWS region: give --region, or set the stage's region in the config", Exit.USAGE)
     if isinstance(error, botocore_errors.ParamValidationError):
         report = " ".join(str(error.kwargs.get("report", error)).split())
         return CliError(f"a value is not one AWS's API accepts: {report}: check the command's arguments", Exit.USAGE)
+    return None
+
+
+def _connection_error(error: Exception) -> CliError | None:
+    """A request that did not reach AWS, or got no answer in time; None for any other error. ReadTimeoutError comes
+    before HTTPClientError, which it extends."""
+    overrides = endpoint_overrides()
     endpoint = getattr(error, "kwargs", {}).get("endpoint_url", "AWS")
     if isinstance(error, botocore_errors.SSLError):
         return CliError(
@@ -285,7 +311,7 @@ def translate(error: Exception) -> CliError:
         return CliError(
             f"the connection to {endpoint} failed ({shorten(str(error))}){overrides}: {TRY_AGAIN}", Exit.UNAVAILABLE
         )
-    return CliError(f"botocore: {shorten(str(error))}", Exit.FAILED)
+    return None
 
 
 @contextlib.contextmanager

@@ -65,56 +65,101 @@ def execute(
     `finish` (teardown, given its time limit), whatever happened."""
     run = Run([StepResult(s.name) for s in steps])
     start = clock()
-    endpoint_billed = False
+    begun: list[Step] = []  # kept here: a signal between two steps must not lose which steps began
     previous = _install(_raise_interrupted)
     try:
-        for step, result in zip(steps, run.results, strict=True):
-            try:
-                budget.check_before(step, clock() - start)
-            except LimitReached as limit:
-                result.outcome, result.detail, run.stopped = STOPPED, str(limit), str(limit)
-                say(f"STOP {step.name}: {limit}")
-                break
-            say(f"---- {step.name}: {step.what}")
-            began = clock()
-            endpoint_billed = endpoint_billed or step.bills == step_kinds.ENDPOINT
-            try:
-                result.data = bodies[step.name](budget.step_limit_seconds(step, began - start)) or {}
-                result.outcome = PASSED
-            except (Interrupted, KeyboardInterrupt) as signal_:
-                result.outcome, result.detail = INTERRUPTED, _signal_name(signal_)
-                run.stopped = f"{result.detail} during {step.name}"
-            except Exception as error:  # a failed step is reported, and teardown still runs
-                result.outcome, result.detail = FAILED, f"{type(error).__name__}: {error}"
-                run.stopped = f"{step.name} failed"
-            finally:
-                result.seconds = clock() - began
-                budget.charge(step, result.seconds)
-            say(
-                f"{'ok  ' if result.outcome == PASSED else 'FAIL'} {step.name} ({result.seconds:.0f} s)"
-                + (f": {result.detail}" if result.detail else "")
-            )
-            if result.outcome != PASSED:
-                break
+        _run_steps(steps, bodies, budget, run, begun, start=start, clock=clock, say=say)
     except (Interrupted, KeyboardInterrupt) as signal_:  # between two steps
         run.stopped = f"{_signal_name(signal_)} between steps"
     finally:
         _install(_note_and_go_on(say))
         try:
-            say("---- teardown: always")
-            began = clock()
-            limit = step_kinds.TEARDOWN.timeout_minutes * 60
-            try:
-                run.teardown = finish(limit)
-            except Exception as error:  # reported as the teardown's own problem
-                run.teardown = TeardownResult(problems=[f"teardown: {type(error).__name__}: {error}"])
-            run.teardown_seconds = clock() - began
-            if endpoint_billed:
-                budget.charge(step_kinds.TEARDOWN, run.teardown_seconds)
+            endpoint_billed = any(step.bills == step_kinds.ENDPOINT for step in begun)
+            _teardown(run, finish, budget, endpoint_billed=endpoint_billed, clock=clock, say=say)
         finally:
             _install(previous)
     run.spent_usd, run.elapsed_seconds = budget.spent_usd, clock() - start
     return run
+
+
+def _run_steps(
+    steps: tuple[Step, ...],
+    bodies: dict[str, Body],
+    budget: Budget,
+    run: Run,
+    begun: list[Step],
+    *,
+    start: float,
+    clock: Callable[[], float],
+    say: Callable[[str], None],
+) -> None:
+    """Each step in turn, appended to `begun` as it starts, until one does not pass or the budget would not cover
+    the next."""
+    for step, result in zip(steps, run.results, strict=True):
+        try:
+            budget.check_before(step, clock() - start)
+        except LimitReached as limit:
+            result.outcome, result.detail, run.stopped = STOPPED, str(limit), str(limit)
+            say(f"STOP {step.name}: {limit}")
+            break
+        say(f"---- {step.name}: {step.what}")
+        begun.append(step)
+        _run_step(step, bodies, budget, run, result, start=start, clock=clock)
+        say(
+            f"{'ok  ' if result.outcome == PASSED else 'FAIL'} {step.name} ({result.seconds:.0f} s)"
+            + (f": {result.detail}" if result.detail else "")
+        )
+        if result.outcome != PASSED:
+            break
+
+
+def _run_step(
+    step: Step,
+    bodies: dict[str, Body],
+    budget: Budget,
+    run: Run,
+    result: StepResult,
+    *,
+    start: float,
+    clock: Callable[[], float],
+) -> None:
+    """One step's body within its limit, its outcome and time into `result`, its cost charged whatever happened."""
+    began = clock()
+    try:
+        result.data = bodies[step.name](budget.step_limit_seconds(step, began - start)) or {}
+        result.outcome = PASSED
+    except (Interrupted, KeyboardInterrupt) as signal_:
+        result.outcome, result.detail = INTERRUPTED, _signal_name(signal_)
+        run.stopped = f"{result.detail} during {step.name}"
+    except Exception as error:  # a failed step is reported, and teardown still runs
+        result.outcome, result.detail = FAILED, f"{type(error).__name__}: {error}"
+        run.stopped = f"{step.name} failed"
+    finally:
+        result.seconds = clock() - began
+        budget.charge(step, result.seconds)
+
+
+def _teardown(
+    run: Run,
+    finish: Callable[[float], TeardownResult],
+    budget: Budget,
+    *,
+    endpoint_billed: bool,
+    clock: Callable[[], float],
+    say: Callable[[str], None],
+) -> None:
+    """`finish` within the teardown's limit, its result and time into `run`; charged (at its endpoint rate) only once
+    a step that bills an endpoint has begun."""
+    say("---- teardown: always")
+    began = clock()
+    limit = step_kinds.TEARDOWN.timeout_minutes * 60
+    try:
+        run.teardown = finish(limit)
+    except Exception as error:  # reported as the teardown's own problem
+        run.teardown = TeardownResult(problems=[f"teardown: {type(error).__name__}: {error}"])
+    run.teardown_seconds = clock() - began
+    if endpoint_billed:
+        budget.charge(step_kinds.TEARDOWN, run.teardown_seconds)
 
 
 def _signal_name(error: BaseException) -> str:

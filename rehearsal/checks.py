@@ -297,16 +297,46 @@ def sagemaker_model(d: Deployment) -> list[Finding]:
     model = d.aws("sagemaker").describe_model(ModelName=arn.rsplit("/", 1)[-1])
     container_template = properties["PrimaryContainer"]
     container = model.get("PrimaryContainer", {})
-    # A variable only a custom resource produces (the staged weights' commit, read at deploy time) is a gap, not a
-    # difference: the handler never ran.
+    where = stack.path_of(logical_id)
+    environment, unresolved = _model_environment(resolver, container_template.get("Environment", {}))
+    findings: list[Finding] = [
+        _model_summary(resolver, properties, model, environment, unresolved),
+        *(
+            Gap(
+                f"the SageMaker model's {name} (PrimaryContainer.Environment of {where})",
+                f"{err}, which never ran; the model was created with {container.get('Environment', {}).get(name)!r}",
+            )
+            for name, err in unresolved.items()
+        ),
+    ]
+    findings += _model_data_source(resolver, container_template, container, where)
+    findings += _model_network(resolver, properties, model, where)
+    return findings
+
+
+def _model_environment(resolver: Resolver, template: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Unresolvable]]:
+    """The container's variables as the template resolves them, and apart those only a custom resource produces (the
+    staged weights' commit, read at deploy time): those are a gap, not a difference, as the handler never ran."""
     environment, unresolved = {}, {}
-    for name, value in container_template.get("Environment", {}).items():
+    for name, value in template.items():
         try:
             environment[name] = resolver.resolve(value)
         except Unresolvable as err:
             unresolved[name] = err
+    return environment, unresolved
+
+
+def _model_summary(
+    resolver: Resolver,
+    properties: dict[str, Any],
+    model: dict[str, Any],
+    environment: dict[str, Any],
+    unresolved: dict[str, Unresolvable],
+) -> Finding:
+    """The model's image, resolvable variables and role against the template's."""
+    container = model.get("PrimaryContainer", {})
     expected = {
-        "Image": container_template["Image"],
+        "Image": properties["PrimaryContainer"]["Image"],
         "Environment": environment,
         "ExecutionRoleArn": resolver.resolve(properties["ExecutionRoleArn"]),
     }
@@ -315,34 +345,35 @@ def sagemaker_model(d: Deployment) -> list[Finding]:
         "Environment": {k: v for k, v in container.get("Environment", {}).items() if k not in unresolved},
         "ExecutionRoleArn": model.get("ExecutionRoleArn"),
     }
-    environment = ", ".join(f"{k}={v}" for k, v in actual["Environment"].items())
-    findings: list[Finding] = [
-        summarize(
-            "SageMaker model",
-            differences(expected, actual),
-            f"image {actual['Image']}; {environment}; role {actual['ExecutionRoleArn'].rsplit('/', 1)[-1]}",
-        )
-    ]
-    for name, err in unresolved.items():
-        findings.append(
-            Gap(
-                f"the SageMaker model's {name} (PrimaryContainer.Environment of {stack.path_of(logical_id)})",
-                f"{err}, which never ran; the model was created with {container.get('Environment', {}).get(name)!r}",
-            )
-        )
-    where = stack.path_of(logical_id)
+    variables = ", ".join(f"{k}={v}" for k, v in actual["Environment"].items())
+    return summarize(
+        "SageMaker model",
+        differences(expected, actual),
+        f"image {actual['Image']}; {variables}; role {actual['ExecutionRoleArn'].rsplit('/', 1)[-1]}",
+    )
+
+
+def _model_data_source(
+    resolver: Resolver, container_template: dict[str, Any], container: dict[str, Any], where: str
+) -> list[Finding]:
+    """The weights prefix the model serves against the template's; a gap when only a custom resource produces it."""
     try:
         model_data = resolver.resolve(container_template.get("ModelDataSource"))
     except Unresolvable as err:
-        findings.append(
+        return [
             Gap(
                 f"the SageMaker model's weights prefix (PrimaryContainer.ModelDataSource of {where})",
                 f"{err}, which never ran; the model was created with {container.get('ModelDataSource')!r}",
             )
-        )
-    else:
-        if container.get("ModelDataSource") != model_data:
-            findings.append(Check("SageMaker model data source", False, f"expected {model_data}, got {container}"))
+        ]
+    if container.get("ModelDataSource") != model_data:
+        return [Check("SageMaker model data source", False, f"expected {model_data}, got {container}")]
+    return []
+
+
+def _model_network(resolver: Resolver, properties: dict[str, Any], model: dict[str, Any], where: str) -> list[Finding]:
+    """The model's VPC and network isolation against the template's."""
+    findings: list[Finding] = []
     vpc = resolver.resolve(properties.get("VpcConfig"))
     if (model.get("VpcConfig") or None) != vpc:
         findings.append(Check("SageMaker model VPC", False, f"expected {vpc}, got {model.get('VpcConfig')}"))

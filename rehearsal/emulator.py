@@ -97,10 +97,6 @@ def endpoint_instance_types() -> tuple[str, ...]:
 def apply() -> Callable[[], None]:
     """Patch moto in this process; returns a function that undoes every patch."""
     import moto
-    from moto.cloudformation import models as cloudformation
-    from moto.cloudformation import parsing
-    from moto.kms.models import Key, kms_backends
-    from moto.sagemaker import models as sagemaker
 
     if moto.__version__ != MOTO_VERSION:
         raise RuntimeError(
@@ -108,7 +104,29 @@ def apply() -> Callable[[], None]:
             "run tests/rehearsal/test_emulator.py, drop the fixes moto no longer needs, adapt the rest, then update "
             "MOTO_VERSION and the pin in requirements/dev.in"
         )
-    originals = [
+    originals = _patched_attributes()
+
+    def undo() -> None:
+        for owner, name, original in originals:
+            setattr(owner, name, original)
+
+    try:
+        for fix in _FIXED_BY.values():
+            fix()
+    except BaseException:  # all or nothing: a fix that fails leaves moto as it was
+        undo()
+        raise
+    return undo
+
+
+def _patched_attributes() -> list[tuple[Any, str, Any]]:
+    """Every attribute of moto's that a fix replaces, with its value now: what `undo` puts back."""
+    from moto.cloudformation import models as cloudformation
+    from moto.cloudformation import parsing
+    from moto.kms.models import Key
+    from moto.sagemaker import models as sagemaker
+
+    return [
         (Key, "create_from_cloudformation_json", Key.__dict__["create_from_cloudformation_json"]),
         (cloudformation.ChangeSet, "apply", cloudformation.ChangeSet.apply),
         (cloudformation.Stack, "_create_resource_map", cloudformation.Stack._create_resource_map),
@@ -128,12 +146,12 @@ def apply() -> Callable[[], None]:
             sagemaker.SageMakerModelBackend.validate_production_variants,
         ),
     ]
+
+
+def _fix_kms_key_from_template() -> None:
+    from moto.kms.models import Key
+
     create_key = Key.create_from_cloudformation_json.__func__
-    apply_change_set = cloudformation.ChangeSet.apply
-    create_resource_map = cloudformation.Stack._create_resource_map
-    generate_resource_name = parsing.generate_resource_name
-    clean_json = parsing.clean_json
-    execute_change_set = cloudformation.CloudFormationBackend.execute_change_set
 
     def key_from_template(cls, resource_name: str, cloudformation_json: dict[str, Any], *args: Any, **kwargs: Any):
         fixed = copy.deepcopy(cloudformation_json)
@@ -144,6 +162,14 @@ def apply() -> Callable[[], None]:
         key = create_key(cls, resource_name, fixed, *args, **kwargs)
         key.pending_window_in_days = int(properties.get("PendingWindowInDays", KEY_PENDING_WINDOW_DAYS))
         return key
+
+    Key.create_from_cloudformation_json = classmethod(key_from_template)
+
+
+def _fix_change_set_outputs() -> None:
+    from moto.cloudformation import models as cloudformation
+
+    apply_change_set = cloudformation.ChangeSet.apply
 
     def apply_with_outputs(change_set: Any) -> None:
         apply_change_set(change_set)
@@ -158,12 +184,28 @@ def apply() -> Callable[[], None]:
         for export in stack.exports:
             backend.exports[export.name] = export
 
+    cloudformation.ChangeSet.apply = apply_with_outputs
+
+
+def _fix_imports_in_change_sets() -> None:
+    from moto.cloudformation import models as cloudformation
+
+    create_resource_map = cloudformation.Stack._create_resource_map
+
     def resource_map_seeing_exports(stack: Any) -> Any:
         # The region's live export table, not a copy: stacks deployed later see exports added since.
         stack.cross_stack_resources = cloudformation.cloudformation_backends[stack.account_id][
             stack.region_name
         ].exports
         return create_resource_map(stack)
+
+    cloudformation.Stack._create_resource_map = resource_map_seeing_exports
+
+
+def _fix_state_machine_names() -> None:
+    from moto.cloudformation import parsing
+
+    generate_resource_name = parsing.generate_resource_name
 
     def resource_name_within_limits(resource_type: str, stack_name: str, logical_id: str) -> str:
         name = generate_resource_name(resource_type, stack_name, logical_id)
@@ -172,15 +214,13 @@ def apply() -> Callable[[], None]:
         prefix, suffix = name.rsplit("-", 1)
         return f"{prefix[: STATE_MACHINE_NAME_LIMIT - len(suffix) - 1].rstrip('-')}-{suffix}"
 
-    def clean_json_passing_null(resource_json: Any, resources_map: Any) -> Any:
-        # moto's clean_json calls itself through the module's name, so nested functions come back here.
-        if isinstance(resource_json, dict):
-            for function in ("Fn::Split", "Fn::Select"):
-                arguments = resource_json.get(function)
-                two = isinstance(arguments, list) and len(arguments) == 2 and arguments[1] is not None
-                if two and clean_json_passing_null(arguments[1], resources_map) is None:
-                    return None
-        return clean_json(resource_json, resources_map)
+    parsing.generate_resource_name = resource_name_within_limits
+
+
+def _fix_failed_change_sets() -> None:
+    from moto.cloudformation import models as cloudformation
+
+    execute_change_set = cloudformation.CloudFormationBackend.execute_change_set
 
     def execute_change_set_or_roll_back(backend: Any, change_set_name: str, stack_name: str | None = None) -> None:
         try:
@@ -201,6 +241,30 @@ def apply() -> Callable[[], None]:
             stack._add_stack_event(stack.status)
             change_set.execution_status = "EXECUTE_FAILED"
 
+    cloudformation.CloudFormationBackend.execute_change_set = execute_change_set_or_roll_back
+
+
+def _fix_null_through_split_and_select() -> None:
+    from moto.cloudformation import parsing
+
+    clean_json = parsing.clean_json
+
+    def clean_json_passing_null(resource_json: Any, resources_map: Any) -> Any:
+        # moto's clean_json calls itself through the module's name, so nested functions come back here.
+        if isinstance(resource_json, dict):
+            for function in ("Fn::Split", "Fn::Select"):
+                arguments = resource_json.get(function)
+                two = isinstance(arguments, list) and len(arguments) == 2 and arguments[1] is not None
+                if two and clean_json_passing_null(arguments[1], resources_map) is None:
+                    return None
+        return clean_json(resource_json, resources_map)
+
+    parsing.clean_json = clean_json_passing_null
+
+
+def _fix_endpoint_instance_types() -> None:
+    from moto.sagemaker import models as sagemaker
+
     endpoint_types = endpoint_instance_types()
 
     def validate_instance_type_as_sagemaker(_config: Any, instance_type: str) -> None:
@@ -210,10 +274,11 @@ def apply() -> Callable[[], None]:
                 f"satisfy enum value set: {list(endpoint_types)}"
             )
 
-    def schedule_key_deletion(key: Any, account_id: str, region_name: str) -> None:
-        # Called only by a stack's deletion (moto's CloudFormation); the window was kept when the stack created it.
-        window = getattr(key, "pending_window_in_days", KEY_PENDING_WINDOW_DAYS)
-        kms_backends[account_id][region_name].schedule_key_deletion(key.id, window)
+    sagemaker.FakeEndpointConfig.validate_instance_type = validate_instance_type_as_sagemaker
+
+
+def _fix_secrets_from_templates() -> None:
+    from moto.cloudformation import parsing
 
     resource_class_from_type = parsing.resource_class_from_type
 
@@ -222,27 +287,44 @@ def apply() -> Callable[[], None]:
             SecretFromTemplate if resource_type == SecretFromTemplate.TYPE else resource_class_from_type(resource_type)
         )
 
+    parsing.resource_class_from_type = resource_class_with_secrets
+
+
+def _fix_variants_without_a_model() -> None:
+    from moto.sagemaker import models as sagemaker
+
     validate_production_variants = sagemaker.SageMakerModelBackend.validate_production_variants
 
     def validate_variants_naming_a_model(backend: Any, production_variants: list[dict[str, Any]]) -> None:
         validate_production_variants(backend, [v for v in production_variants if "ModelName" in v])
 
-    Key.create_from_cloudformation_json = classmethod(key_from_template)
     sagemaker.SageMakerModelBackend.validate_production_variants = validate_variants_naming_a_model
-    parsing.resource_class_from_type = resource_class_with_secrets
+
+
+def _fix_keys_deleted_with_their_stack() -> None:
+    from moto.kms.models import Key, kms_backends
+
+    def schedule_key_deletion(key: Any, account_id: str, region_name: str) -> None:
+        # Called only by a stack's deletion (moto's CloudFormation); the window was kept when the stack created it.
+        window = getattr(key, "pending_window_in_days", KEY_PENDING_WINDOW_DAYS)
+        kms_backends[account_id][region_name].schedule_key_deletion(key.id, window)
+
     Key.delete = schedule_key_deletion
-    sagemaker.FakeEndpointConfig.validate_instance_type = validate_instance_type_as_sagemaker
-    cloudformation.ChangeSet.apply = apply_with_outputs
-    cloudformation.Stack._create_resource_map = resource_map_seeing_exports
-    parsing.generate_resource_name = resource_name_within_limits
-    parsing.clean_json = clean_json_passing_null
-    cloudformation.CloudFormationBackend.execute_change_set = execute_change_set_or_roll_back
 
-    def undo() -> None:
-        for owner, name, original in originals:
-            setattr(owner, name, original)
 
-    return undo
+# Each fix of FIXES, by its name there.
+_FIXED_BY: dict[str, Callable[[], None]] = {
+    "kms-key-from-template": _fix_kms_key_from_template,
+    "change-set-outputs": _fix_change_set_outputs,
+    "imports-in-change-sets": _fix_imports_in_change_sets,
+    "state-machine-names": _fix_state_machine_names,
+    "failed-change-sets": _fix_failed_change_sets,
+    "null-through-split-and-select": _fix_null_through_split_and_select,
+    "endpoint-instance-types": _fix_endpoint_instance_types,
+    "secrets-from-templates": _fix_secrets_from_templates,
+    "variants-without-a-model": _fix_variants_without_a_model,
+    "keys-deleted-with-their-stack": _fix_keys_deleted_with_their_stack,
+}
 
 
 class SecretFromTemplate:

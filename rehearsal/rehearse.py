@@ -281,45 +281,83 @@ def rehearse(args: argparse.Namespace, work_dir: Path, report: Report) -> None:
         report.heading(stay_up_instructions(run, emulator))
 
 
+@dataclass
+class _Cdk:
+    """`cdk` against the emulator: each command's output in its own log, and every command after synth reading the
+    one synthesized assembly, so that what is deployed and destroyed is exactly what is checked."""
+
+    env: dict[str, str]
+    logs: Path
+    assembly: Path
+    selector: str  # the stage's stacks
+
+    def __call__(self, args: list[str], log: str) -> cdk_cli.CliRun:
+        return cdk_cli.run(args, env=self.env, log=self.logs / log)
+
+    @property
+    def app(self) -> list[str]:
+        return ["--app", str(self.assembly)]
+
+    @property
+    def deploy_args(self) -> list[str]:
+        return ["deploy", self.selector, *self.app, "--require-approval", "never"]
+
+
 def deploy_check_destroy(run: Rehearsal, report: Report, emulator: Emulator, aws: Aws, account: str) -> None:
     env = cdk_cli.environment(endpoint_url=emulator.endpoint_url, region=run.region, work_dir=run.work_dir)
-    assembly, logs = run.work_dir / "cdk.out", run.work_dir / "logs"
-    logs.mkdir(exist_ok=True)
-    selector = f"{run.stage}/*"
+    cdk = _Cdk(env, run.work_dir / "logs", run.work_dir / "cdk.out", f"{run.stage}/*")
+    cdk.logs.mkdir(exist_ok=True)
+    if not _synth_bootstrap_deploy(run, report, cdk, account):
+        return
+    deployment = _check_deployed(run, report, aws, account)
+    if not _redeploy_and_check(run, report, aws, cdk):
+        return
+    if run.stay_up:
+        run.stayed_up = report.exit_status == 0
+        return
+    _destroy_and_check(run, report, aws, cdk, deployment)
 
-    synth = cdk_cli.run(["synth", "--quiet", "--output", str(assembly), *run.context], env=env, log=logs / "synth.log")
+
+def _synth_bootstrap_deploy(run: Rehearsal, report: Report, cdk: _Cdk, account: str) -> bool:
+    """Synth the stage into the work directory, bootstrap the account, deploy; whether every step succeeded."""
+    synth = cdk(["synth", "--quiet", "--output", str(cdk.assembly), *run.context], "synth.log")
     if not cli_step(report, f"synth: cdk synth of stage {run.stage}, into the work directory", synth):
-        return
-    run.stacks = read_stage(assembly, run.stage)
-    # Bootstrap, deploys and destroy read the synthesized assembly: one synth, and exactly what is checked.
-    app = ["--app", str(assembly)]
+        return False
+    run.stacks = read_stage(cdk.assembly, run.stage)
     environment = f"aws://{account}/{run.region}"
-    bootstrap = cdk_cli.run(["bootstrap", environment, *app], env=env, log=logs / "bootstrap.log")
+    bootstrap = cdk(["bootstrap", environment, *cdk.app], "bootstrap.log")
     if not cli_step(report, f"bootstrap: cdk bootstrap {environment}", bootstrap):
-        return
-    deploy_args = ["deploy", selector, *app, "--require-approval", "never"]
-    deploy = cdk_cli.run(deploy_args, env=env, log=logs / "deploy.log")
-    if not cli_step(report, f"deploy: cdk deploy '{selector}' ({len(run.stacks)} stacks)", deploy):
-        return
+        return False
+    deploy = cdk(cdk.deploy_args, "deploy.log")
+    return cli_step(report, f"deploy: cdk deploy '{cdk.selector}' ({len(run.stacks)} stacks)", deploy)
 
+
+def _check_deployed(run: Rehearsal, report: Report, aws: Aws, account: str) -> Deployment:
+    """The checks of what the deploy made; the deployment they read."""
     report.heading("checks after deploy:")
     deployment = Deployment.read(aws, run.stacks, account=account, region=run.region)
     run.outputs = _deployed_outputs(aws, run.stacks)
     for check in checks.AFTER_DEPLOY:
         run_check(report, check.__name__, check, deployment)
+    return deployment
 
+
+def _redeploy_and_check(run: Rehearsal, report: Report, aws: Aws, cdk: _Cdk) -> bool:
+    """Deploy again, unchanged, and check that nothing changed; whether the redeploy itself succeeded."""
     events_before = checks.stack_event_counts(aws, run.stacks)
-    redeploy = cdk_cli.run(deploy_args, env=env, log=logs / "redeploy.log")
-    if not cli_step(report, f"redeploy: cdk deploy '{selector}' again, nothing changed", redeploy):
-        return
+    redeploy = cdk(cdk.deploy_args, "redeploy.log")
+    if not cli_step(report, f"redeploy: cdk deploy '{cdk.selector}' again, nothing changed", redeploy):
+        return False
     events_after = checks.stack_event_counts(aws, run.stacks)
     run_check(
         report, "redeploy", checks.redeploy_changed_nothing, run.stacks, redeploy.output, events_before, events_after
     )
-    if run.stay_up:
-        run.stayed_up = report.exit_status == 0
-        return
+    return True
 
+
+def _destroy_and_check(run: Rehearsal, report: Report, aws: Aws, cdk: _Cdk, deployment: Deployment) -> None:
+    """Put an object in the data bucket, destroy the stage, and check that what remains is what the removal policy
+    promises."""
     data_bucket = next((o["DataBucketName"] for o in run.outputs.values() if "DataBucketName" in o), None)
     if data_bucket is None:
         report.add(Check("data", False, "no stack has the output DataBucketName, where the object goes"))
@@ -328,19 +366,15 @@ def deploy_check_destroy(run: Rehearsal, report: Report, emulator: Emulator, aws
     report.step(f"put s3://{data_bucket}/{DATA_OBJECT_KEY} (the data bucket)")
     # Read before the destroy: afterwards the stacks' resource lists are gone.
     promised = retention.promised(deployment, run.removal_policy)
-    billing = {
-        resource_type: physical_id.rsplit("/", 1)[-1]
-        for resource_type in ("AWS::SageMaker::Endpoint", "AWS::SageMaker::EndpointConfig", "AWS::SageMaker::Model")
-        for _, _, _, physical_id in deployment.resources(resource_type)
-    }
+    billing = _billing_resources(deployment)
     roles_before = _role_names(aws)
     auto_deleted = retention.auto_deleted_buckets(deployment)
     if auto_deleted:
         report.add(retention.empty_auto_deleted_buckets(aws, auto_deleted))
         report.step(f"emptied {len(auto_deleted)} buckets, the work of {retention.AUTO_DELETE} (moto cannot run it)")
 
-    destroy = cdk_cli.run(["destroy", selector, *app, "--force"], env=env, log=logs / "destroy.log")
-    if not cli_step(report, f"destroy: cdk destroy --force '{selector}'", destroy):
+    destroy = cdk(["destroy", cdk.selector, *cdk.app, "--force"], "destroy.log")
+    if not cli_step(report, f"destroy: cdk destroy --force '{cdk.selector}'", destroy):
         return
     report.heading(f"checks after destroy (removal_policy: {run.removal_policy}):")
     run_check(report, "stacks deleted", retention.stacks_deleted, aws, run.stacks)
@@ -359,6 +393,15 @@ def deploy_check_destroy(run: Rehearsal, report: Report, emulator: Emulator, aws
     recreated = gaps.recreated_roles_gap(roles_before, _role_names(aws), [s.stack_name for s in run.stacks])
     if recreated:
         report.add(recreated)
+
+
+def _billing_resources(deployment: Deployment) -> dict[str, str]:
+    """The name of each SageMaker resource that bills while it exists, by its type."""
+    return {
+        resource_type: physical_id.rsplit("/", 1)[-1]
+        for resource_type in ("AWS::SageMaker::Endpoint", "AWS::SageMaker::EndpointConfig", "AWS::SageMaker::Model")
+        for _, _, _, physical_id in deployment.resources(resource_type)
+    }
 
 
 def _deployed_outputs(aws: Aws, stacks: list[StackTemplate]) -> dict[str, dict[str, str]]:

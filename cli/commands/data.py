@@ -75,21 +75,8 @@ def upload_data(
     prefix = bucket_layout.RAW_DATA + (f"{under}/" if under else "")
     s3 = aws.client("s3", target.region)
     total = sum(f.stat().st_size for f in files)
-    uploaded = []
-    with aws_errors(), _progress(out) as progress:
-        task = progress.add_task(f"s3://{bucket}/{prefix}", total=total)
-        for file in files:
-            key = prefix + file.name
-            with _open(file, follow_symlinks=follow_symlinks) as body:
-                s3.upload_fileobj(
-                    body,
-                    bucket,
-                    key,
-                    # The stage key, asked for explicitly: the object is never left to another default encryption.
-                    ExtraArgs={"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": key_arn},
-                    Callback=lambda sent: progress.advance(task, sent),
-                )
-            uploaded.append({"key": key, "bytes": file.stat().st_size})
+    with aws_errors():
+        uploaded = _upload(s3, files, bucket, prefix, key_arn, out, total=total, follow_symlinks=follow_symlinks)
         others = _other_files(s3, bucket, prefix, {u["key"] for u in uploaded})
     input_data = f"s3://{bucket}/{prefix}"
     data = {
@@ -111,6 +98,36 @@ def upload_data(
         console.print(f"fine-tune on it: llmp finetune --stage {target.name}{param}", markup=False)
 
     out.result(data, human)
+
+
+def _upload(
+    s3: Any,
+    files: list[Path],
+    bucket: str,
+    prefix: str,
+    key_arn: str,
+    out: Output,
+    *,
+    total: int,
+    follow_symlinks: bool,
+) -> list[dict[str, Any]]:
+    """Put each file under `prefix`, with one progress bar for them all; the keys and sizes uploaded."""
+    uploaded = []
+    with _progress(out) as progress:
+        task = progress.add_task(f"s3://{bucket}/{prefix}", total=total)
+        for file in files:
+            key = prefix + file.name
+            with _open(file, follow_symlinks=follow_symlinks) as body:
+                s3.upload_fileobj(
+                    body,
+                    bucket,
+                    key,
+                    # The stage key, asked for explicitly: the object is never left to another default encryption.
+                    ExtraArgs={"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": key_arn},
+                    Callback=lambda sent: progress.advance(task, sent),
+                )
+            uploaded.append({"key": key, "bytes": file.stat().st_size})
+    return uploaded
 
 
 def data_files(path: Path, *, follow_symlinks: bool = False) -> tuple[list[Path], list[str]]:

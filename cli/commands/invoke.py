@@ -93,12 +93,31 @@ def invoke(
     if url is not None:
         if component:
             raise CliError("--component names an inference component of a SageMaker endpoint, not of --url", Exit.USAGE)
-        endpoint = local_url(url)
-        generated, details = _local_answer(endpoint, _request(text, parameters, stream=stream), out, stream=stream)
-        data = {"endpoint": endpoint, "component": None, "streamed": stream, "generated_text": generated}
-        data["details"] = details
-        out.result(data, lambda console: None if stream else console.print(generated, markup=False, highlight=False))
+        _invoke_local(url, text, parameters, out, stream=stream)
         return
+    _invoke_stage(config, stage, text, parameters, out, stream=stream, component=component)
+
+
+def _invoke_local(url: str, text: str, parameters: dict[str, Any], out: Output, *, stream: bool) -> None:
+    """The prompt to the server at `url` (no config, no AWS), and its answer."""
+    endpoint = local_url(url)
+    generated, details = _local_answer(endpoint, _request(text, parameters, stream=stream), out, stream=stream)
+    data = {"endpoint": endpoint, "component": None, "streamed": stream, "generated_text": generated}
+    data["details"] = details
+    out.result(data, lambda console: None if stream else console.print(generated, markup=False, highlight=False))
+
+
+def _invoke_stage(
+    config: Path | None,
+    stage: str | None,
+    text: str,
+    parameters: dict[str, Any],
+    out: Output,
+    *,
+    stream: bool,
+    component: str | None,
+) -> None:
+    """The prompt to the stage's endpoint (or one of its inference components), and its answer."""
     platform, config_path = load(config)
     target = aws_module.one_stage(platform, config_path, stage)
     aws = aws_module.connect()

@@ -128,48 +128,65 @@ def logs(
     target = aws_module.one_stage(platform, config_path, stage)
     aws = aws_module.connect()
     aws.check_account(target)
+    source = _chosen_source(aws, target, job=job, endpoint=endpoint, staging=staging)
+    _announce(out, source)
+    tail = Tail(aws.client("logs", target.region), source, since_ms=start)
+    try:
+        printed = _read(tail, follow=follow, json_output=json_output, prefix=prefix)
+    except KeyboardInterrupt:
+        return  # Ctrl-C ends the following: nothing else to say
+    if json_output and not follow:
+        out.result(_events_document(source, printed), lambda console: None)
+
+
+def _chosen_source(aws: Any, target: aws_module.Stage, *, job: str | None, endpoint: bool, staging: bool) -> Source:
+    """The source the options name: the endpoint, a job, or the newest run of a pipeline."""
     sagemaker = aws.client("sagemaker", target.region)
     with aws_errors():
         if endpoint:
-            source = endpoint_source(aws.outputs(target, "serving")["EndpointName"], target.region)
-        elif job:
-            source = job_source(sagemaker, job, target.region)
-        else:
-            pipeline = aws.outputs(target, "training")["StagingPipelineName" if staging else "FinetunePipelineName"]
-            source = run_source(sagemaker, pipeline, target)
+            return endpoint_source(aws.outputs(target, "serving")["EndpointName"], target.region)
+        if job:
+            return job_source(sagemaker, job, target.region)
+        pipeline = aws.outputs(target, "training")["StagingPipelineName" if staging else "FinetunePipelineName"]
+        return run_source(sagemaker, pipeline, target)
+
+
+def _announce(out: Output, source: Source) -> None:
+    """Which logs these are, on stderr: stdout holds only the events."""
     out.stderr.print(
         f"logs of {source.what}: {source.log_group} {source.stream_prefix or ''}*"
         + (f"  {source.console}" if source.console else ""),
         markup=False,
         highlight=False,
     )
-    tail = Tail(aws.client("logs", target.region), source, since_ms=start)
+
+
+def _read(tail: Tail, *, follow: bool, json_output: bool, prefix: bool) -> list[dict[str, Any]]:
+    """Print the events once, or (following) until the source ends; with --json and no -f, the events are kept for one
+    document instead, and returned."""
     printed: list[dict[str, Any]] = []
-    try:
-        with aws_errors():
-            while True:
-                # Whether it had ended before this look: then this look has everything it wrote.
-                done = follow and source.ended()
-                for event in tail.fetch():
-                    if follow or not json_output:
-                        _print(event, source, json_lines=json_output, prefix=prefix)
-                    else:
-                        printed.append(_event_json(event))
-                if not follow or done:
-                    break
-                time.sleep(POLL_SECONDS)
-    except KeyboardInterrupt:
-        return  # Ctrl-C ends the following: nothing else to say
-    if json_output and not follow:
-        out.result(
-            {
-                "source": source.what,
-                "log_group": source.log_group,
-                "log_stream_prefix": source.stream_prefix,
-                "events": printed,
-            },
-            lambda console: None,
-        )
+    with aws_errors():
+        while True:
+            # Whether it had ended before this look: then this look has everything it wrote.
+            done = follow and tail.source.ended()
+            for event in tail.fetch():
+                if follow or not json_output:
+                    _print(event, tail.source, json_lines=json_output, prefix=prefix)
+                else:
+                    printed.append(_event_json(event))
+            if not follow or done:
+                break
+            time.sleep(POLL_SECONDS)
+    return printed
+
+
+def _events_document(source: Source, events: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "source": source.what,
+        "log_group": source.log_group,
+        "log_stream_prefix": source.stream_prefix,
+        "events": events,
+    }
 
 
 def job_source(sagemaker: Any, job: str, region: str) -> Source:

@@ -10,7 +10,7 @@ import pytest
 
 from cli import follow as following
 from cli.aws import OUTPUTS, STACK_PARTS, stages
-from cli.commands.runs import pipeline_parameters
+from cli.run_parameters import pipeline_parameters
 from core.config import DEFAULT_CONFIG, load_config
 from generators import plan as planning
 

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from cli import aws as aws_module
 from cli import follow as following
-from cli.commands import runs
+from cli import run_parameters
 from core.config import load_config
 from tests.cli.conftest import ACCOUNT, FINETUNE_DEFINITION, REGION, STAGING_DEFINITION, client
 
@@ -484,13 +484,13 @@ def test_finetune_help_lists_the_run_parameters_with_types_and_defaults(cli):
 
 def test_the_declared_run_parameters_are_the_ones_the_pipeline_definition_has():
     # conftest's definition has the synthesized pipeline's parameters (test_outputs.py checks the CLI against those).
-    declared = runs.declared_run_parameters()
+    declared = run_parameters.declared_run_parameters()
 
     assert [(p.name, p.type) for p in declared] == [(p["Name"], p["Type"]) for p in FINETUNE_DEFINITION["Parameters"]]
 
 
 def test_no_declared_run_parameters_without_the_pipeline_source(tmp_path):
-    assert runs.declared_run_parameters(tmp_path / "absent.py") == []
+    assert run_parameters.declared_run_parameters(tmp_path / "absent.py") == []
 
 
 def test_on_a_terminal_the_frame_shows_the_failed_jobs_console_page_and_logs(moto, stubbed, no_wait):
